@@ -1,0 +1,37 @@
+# The two commands of the README: `make example` and `make test`. Both set up
+# .venv from requirements.txt when it is missing or stale, and rebuild the op
+# library only when its sources change.
+PYTHON ?= python3
+VENV := .venv
+PY := $(abspath $(VENV))/bin/python
+STAMP := $(VENV)/.installed
+OPS_LIB := ngra_tf/ops/_ngra_ops.so
+OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h)
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
+
+.PHONY: example test bench bazel test-bazel ops clean
+
+example: $(OPS_LIB)
+	$(PY) examples/propagate.py
+
+test: $(OPS_LIB)
+	$(PY) -m pytest tests
+
+bench: $(OPS_LIB)
+	$(PY) tools/bench_kernels.py
+
+ops: $(OPS_LIB)
+
+$(STAMP): requirements.txt
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+$(OPS_LIB): $(STAMP) $(OPS_SRCS) setup.py
+	$(PY) setup.py -q build_ext --inplace
+	touch $@
+
+clean:
+	rm -rf build $(OPS_LIB) bazel-* .pytest_cache

@@ -1,0 +1,87 @@
+"""Registered gradients of the compiled ops (imported when the library loads).
+
+Each gradient is another kernel over the same index arrays (as in DGL): a
+sum gather's adjoint is a scatter over the same segments and vice versa; a
+fused gather is differentiated by NgraFusedGatherGrad, walking CSR for x_src
+and CSC for x_dst and the edge weights.
+"""
+
+import tensorflow as tf
+
+from ngra_tf.ops._loader import library
+from ngra_tf.ops.propagation import PROGRAMS
+
+
+def _attr(op, name):
+    value = op.get_attr(name)
+    return value.decode() if isinstance(value, bytes) else value
+
+
+def _skipped(op):
+    """Inputs whose gradient nobody asked for (known in eager mode only)."""
+    return set(getattr(op, "skip_input_indices", None) or ())
+
+
+def _mean_scaled(grad, indptr):
+    """grad / in-degree per segment row, as a mean gather's gradient needs."""
+    degree = tf.cast(tf.maximum(indptr[1:] - indptr[:-1], 1), grad.dtype)
+    return grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
+
+
+@tf.RegisterGradient("NgraGather")
+def _gather_grad(op, grad, _):
+    values, indptr, edge_ids = op.inputs
+    reduce = _attr(op, "reduce")
+    if reduce in ("max", "min"):
+        d_values = library().ngra_gather_grad_arg(grad, op.outputs[1], indptr, edge_ids)
+    else:
+        if reduce == "mean":
+            grad = _mean_scaled(grad, indptr)
+        d_values = library().ngra_scatter(grad, indptr, edge_ids)
+    d_values.set_shape(values.shape)
+    return [d_values, None, None]
+
+
+@tf.RegisterGradient("NgraScatter")
+def _scatter_grad(op, grad):
+    x, indptr, edge_ids = op.inputs
+    d_x, _ = library().ngra_gather(grad, indptr, edge_ids, reduce="sum")
+    d_x.set_shape(x.shape)
+    return [d_x, None, None]
+
+
+@tf.RegisterGradient("NgraFusedGather")
+def _fused_gather_grad(op, grad, _):
+    program, reduce = _attr(op, "program"), _attr(op, "reduce")
+    spec = PROGRAMS[program]
+    skipped = _skipped(op)
+    args = [grad, op.outputs[1], *op.inputs]
+
+    def wrt(name, index, used):
+        if not used or index in skipped:
+            return None
+        d = library().ngra_fused_gather_grad(*args, program=program, reduce=reduce, wrt=name)
+        d.set_shape(op.inputs[index].shape)
+        return d
+
+    return [
+        wrt("x_src", 0, True),
+        wrt("x_dst", 1, spec.uses_dst),
+        wrt("edge_weight", 2, spec.uses_weight),
+    ] + [None] * 6
+
+
+# Copies: the gradient travels back the way the data came.
+@tf.RegisterGradient("NgraCopyH2D")
+def _h2d_grad(op, grad):
+    return library().ngra_copy_d2h(grad)
+
+
+@tf.RegisterGradient("NgraCopyD2H")
+def _d2h_grad(op, grad):
+    return library().ngra_copy_h2d(grad)
+
+
+@tf.RegisterGradient("NgraCopyD2D")
+def _d2d_grad(op, grad):
+    return library().ngra_copy_d2d(grad)

@@ -1,0 +1,230 @@
+"""The public propagation ops: scatter, gather and fused_gather.
+
+`graph` is a Graph, a Chunk of a Partition, or a bare Adjacency. Vertex
+tensors have one row per source (x_src) or destination (x_dst) vertex; edge
+tensors have one row per edge, in the graph's stored (CSC) order. Arguments
+are validated here, before any op is built, so mistakes surface as a
+ValueError that names the argument.
+"""
+
+from __future__ import annotations
+
+import collections
+
+import numpy as np
+import tensorflow as tf
+
+from ngra_tf.graph import Adjacency
+from ngra_tf.ops import reference
+from ngra_tf.ops._loader import library
+
+REDUCES = ("sum", "mean", "max", "min")
+
+# What each edge program reads. src_slots: rows of x_src per vertex between
+# the vertex axis and the features (None: the number of edge types).
+Program = collections.namedtuple("Program", ["src_slots", "uses_dst", "uses_weight", "uses_type"])
+PROGRAMS = {
+    "copy_src": Program(0, False, False, False),
+    "src_mul_edge": Program(0, False, True, False),
+    "src_add_dst": Program(0, True, False, False),
+    "src_sub_dst": Program(0, True, False, False),
+    "src_mul_dst": Program(0, True, False, False),
+    "gate_sigmoid": Program(2, True, False, False),
+    "gate_tanh": Program(2, True, False, False),
+    "gate_relu": Program(2, True, False, False),
+    "type_select": Program(None, False, False, True),
+}
+
+_NATIVE_DTYPES = (tf.float32, tf.float64)
+_WIDENED_DTYPES = (tf.float16, tf.bfloat16)  # computed in float32
+
+
+def _resolve(graph):
+    """(adjacency, the graph's own edge data or None)."""
+    if isinstance(graph, Adjacency):
+        return graph, None
+    adjacency = getattr(graph, "adjacency", None)
+    if not isinstance(adjacency, Adjacency):
+        raise TypeError(f"graph must be a Graph, a Chunk or an Adjacency, got {type(graph).__name__}")
+    return adjacency, getattr(graph, "edge_data", None)
+
+
+def _check_choice(name, value, choices):
+    if value not in choices:
+        raise ValueError(f"{name} must be one of {', '.join(choices)}; got {value!r}")
+
+
+def _float_tensor(name, x):
+    x = tf.convert_to_tensor(x)
+    if x.dtype not in _NATIVE_DTYPES + _WIDENED_DTYPES:
+        raise ValueError(f"{name} must be float32, float64, float16 or bfloat16, got {x.dtype.name}")
+    return x
+
+
+def _check_rows(name, x, rows, what):
+    if x.shape.rank == 0:
+        raise ValueError(f"{name} must have one row per {what}, got a scalar")
+    if x.shape[0] is not None and x.shape[0] != rows:
+        raise ValueError(f"{name} must have one row per {what} ({rows}), got shape {x.shape}")
+
+
+def _compute_dtype(dtype):
+    return tf.float32 if dtype in _WIDENED_DTYPES else dtype
+
+
+def _empty(dtype):
+    return tf.zeros([0], dtype)
+
+
+def scatter(graph, x_src, x_dst=None):
+    """Copies vertex rows to edges.
+
+    Returns x_src[src[e]] for every edge e, shaped [num_edges, ...]; with
+    x_dst, returns the pair (x_src[src[e]], x_dst[dst[e]]).
+    """
+    adjacency, _ = _resolve(graph)
+    t = adjacency.tensors()
+    lib = library()
+
+    def one(name, x, rows, what, indptr, edge_ids, ids):
+        x = _float_tensor(name, x)
+        _check_rows(name, x, rows, what)
+        dtype = x.dtype
+        x = tf.cast(x, _compute_dtype(dtype))
+        if lib is None:
+            out = reference.scatter(x, ids)
+        else:
+            out = lib.ngra_scatter(x, indptr, edge_ids)
+            out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
+        return tf.cast(out, dtype)
+
+    src_rows = one("x_src", x_src, adjacency.num_src, "source vertex", t.csr_indptr, t.csr_edge, t.csc_src)
+    if x_dst is None:
+        return src_rows
+    dst_rows = one("x_dst", x_dst, adjacency.num_dst, "destination vertex", t.csc_indptr,
+                   _empty(adjacency.index_dtype), adjacency.dst)
+    return src_rows, dst_rows
+
+
+def gather(graph, edge_values, reduce="sum"):
+    """Reduces edge rows into their destination vertices.
+
+    reduce is sum, mean, max or min; a vertex with no in-edges gets 0. The
+    gradient of max and min goes to one edge per element: the first (in
+    stored order) that attains the extreme.
+    """
+    _check_choice("reduce", reduce, REDUCES)
+    adjacency, _ = _resolve(graph)
+    values = _float_tensor("edge_values", edge_values)
+    _check_rows("edge_values", values, adjacency.num_edges, "edge")
+    dtype = values.dtype
+    values = tf.cast(values, _compute_dtype(dtype))
+    lib = library()
+    if lib is None:
+        out = reference.gather(values, adjacency.dst, adjacency.num_dst, reduce)
+    else:
+        t = adjacency.tensors()
+        out, _ = lib.ngra_gather(values, t.csc_indptr, _empty(adjacency.index_dtype), reduce=reduce)
+    return tf.cast(out, dtype)
+
+
+def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum"):
+    """Scatter -> element-wise ApplyEdge -> Gather in one kernel, with no per-edge tensor.
+
+    out[v] = reduce over edges e = (u -> v) of program(u, v, e), where program is:
+      copy_src      x_src[u]
+      src_mul_edge  x_src[u] * w[e]; w is [E] (scalar per edge), [E, F...] (per
+                    feature) or [E, H] with features [H, ...] (per head)
+      src_add_dst   x_src[u] + x_dst[v]       (and src_sub_dst, src_mul_dst)
+      gate_sigmoid  sigmoid(a[u] + x_dst[v]) * c[u] with x_src = [V, 2, F...] holding
+                    a = x_src[:, 0] and c = x_src[:, 1] (and gate_tanh, gate_relu)
+      type_select   x_src[u, type[e]] with x_src = [V, T, F...] and int edge types
+    Edge data defaults to the graph's own. Returns [num_dst, F...].
+    """
+    _check_choice("program", program, tuple(PROGRAMS))
+    _check_choice("reduce", reduce, REDUCES)
+    spec = PROGRAMS[program]
+    adjacency, own_edge_data = _resolve(graph)
+
+    x_src = _float_tensor("x_src", x_src)
+    _check_rows("x_src", x_src, adjacency.num_src, "source vertex")
+    dtype = x_src.dtype
+    compute = _compute_dtype(dtype)
+    slot_axes = 0 if spec.src_slots == 0 else 1
+    if x_src.shape.rank is None or x_src.shape.rank < 1 + slot_axes:
+        raise ValueError(f"x_src of program {program} must have rank >= {1 + slot_axes}, got shape {x_src.shape}")
+    if spec.src_slots == 2 and x_src.shape[1] != 2:
+        raise ValueError(f"x_src of program {program} must be shaped [V, 2, F...] (a and c), got {x_src.shape}")
+    feature_shape = x_src.shape[1 + slot_axes:]
+    if not feature_shape.is_fully_defined():
+        raise ValueError(f"x_src must have known feature dimensions, got shape {x_src.shape}")
+    width = int(np.prod(feature_shape.as_list(), dtype=np.int64))
+    x_src = tf.reshape(tf.cast(x_src, compute), [-1] + x_src.shape[1:1 + slot_axes].as_list() + [width])
+
+    if spec.uses_dst:
+        if x_dst is None:
+            raise ValueError(f"program {program} reads x_dst; pass one row per destination vertex")
+        x_dst = _float_tensor("x_dst", x_dst)
+        _check_rows("x_dst", x_dst, adjacency.num_dst, "destination vertex")
+        if x_dst.shape[1:] != feature_shape:
+            raise ValueError(f"x_dst must have features shaped {feature_shape} like x_src, got shape {x_dst.shape}")
+        x_dst = tf.reshape(tf.cast(x_dst, compute), [-1, width])
+    elif x_dst is not None:
+        raise ValueError(f"program {program} does not read x_dst; pass x_dst=None")
+
+    if edge_data is None and (spec.uses_weight or spec.uses_type):
+        edge_data = own_edge_data
+    weight = types = None
+    if spec.uses_weight:
+        weight = _edge_weight(edge_data, adjacency.num_edges, feature_shape, compute)
+    elif spec.uses_type:
+        types = _edge_types(edge_data, adjacency.num_edges, x_src.shape[1])
+    elif edge_data is not None:
+        raise ValueError(f"program {program} does not read edge data; pass edge_data=None")
+
+    lib = library()
+    if lib is None:
+        out = reference.fused_gather(adjacency.src, adjacency.dst, adjacency.num_dst, x_src, x_dst,
+                                     weight, types, program, reduce)
+    else:
+        out, _ = lib.ngra_fused_gather(
+            x_src,
+            _empty(compute) if x_dst is None else x_dst,
+            _empty(compute) if weight is None else weight,
+            _empty(tf.int32) if types is None else types,
+            *adjacency.tensors(),
+            program=program,
+            reduce=reduce,
+        )
+    return tf.cast(tf.reshape(out, [adjacency.num_dst] + feature_shape.as_list()), dtype)
+
+
+def _edge_weight(edge_data, num_edges, feature_shape, dtype):
+    """Edge weights as [E, W], where W is 1 or covers a prefix of the feature shape."""
+    if edge_data is None:
+        raise ValueError("program src_mul_edge needs edge_data (per-edge weights); the graph has none")
+    w = _float_tensor("edge_data", edge_data)
+    _check_rows("edge_data", w, num_edges, "edge")
+    prefix = w.shape[1:]
+    if w.shape.rank is None or prefix != feature_shape[:prefix.rank] or not prefix.is_fully_defined():
+        raise ValueError(f"edge_data must be [E], or [E] + a prefix of the feature shape {feature_shape}, "
+                         f"got shape {w.shape}")
+    blocks = int(np.prod(prefix.as_list(), dtype=np.int64))
+    return tf.reshape(tf.cast(w, dtype), [-1, blocks])
+
+
+def _edge_types(edge_data, num_edges, num_types):
+    if edge_data is None:
+        raise ValueError("program type_select needs edge_data (an integer type per edge); the graph has none")
+    types = tf.convert_to_tensor(edge_data)
+    if not types.dtype.is_integer:
+        raise ValueError(f"edge_data of type_select must be integer edge types, got {types.dtype.name}")
+    if types.shape.rank != 1:
+        raise ValueError(f"edge_data of type_select must be shaped [E], got {types.shape}")
+    _check_rows("edge_data", types, num_edges, "edge")
+    if isinstance(edge_data, np.ndarray) and edge_data.size:
+        low, high = int(edge_data.min()), int(edge_data.max())
+        if low < 0 or high >= num_types:
+            raise ValueError(f"edge_data holds type {low if low < 0 else high}, out of range for the "
+                             f"{num_types} type slots of x_src")
+    return tf.cast(types, tf.int32)

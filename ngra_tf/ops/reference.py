@@ -1,0 +1,62 @@
+"""Pure-TensorFlow references of the propagation ops: tf.gather + segment ops.
+
+They materialise every per-edge tensor, which is exactly what the compiled
+kernels avoid; tests compare the kernels against them, and they run in place
+of the kernels when the op library cannot be loaded. Arguments are already
+normalised by ngra_tf.ops.propagation: x_src is [Vs, F] ([Vs, K, F] for
+gates and type_select), x_dst [Vd, F] or None, weight [E, W] or None.
+"""
+
+import tensorflow as tf
+
+
+def segment_reduce(values, segment_ids, num_segments, reduce):
+    """Reduces rows of `values` by segment; empty segments give 0."""
+    if reduce == "sum":
+        return tf.math.unsorted_segment_sum(values, segment_ids, num_segments)
+    if reduce == "mean":
+        return tf.math.unsorted_segment_mean(values, segment_ids, num_segments)
+    reducer = {"max": tf.math.unsorted_segment_max, "min": tf.math.unsorted_segment_min}[reduce]
+    result = reducer(values, segment_ids, num_segments)
+    count = tf.math.unsorted_segment_sum(tf.ones_like(segment_ids), segment_ids, num_segments)
+    present = tf.reshape(count > 0, [-1] + [1] * (len(values.shape) - 1))
+    return tf.where(present, result, tf.zeros_like(result))
+
+
+def scatter(x, ids):
+    return tf.gather(x, ids)
+
+
+def gather(values, dst, num_dst, reduce):
+    return segment_reduce(values, dst, num_dst, reduce)
+
+
+_ACTIVATIONS = {"gate_sigmoid": tf.sigmoid, "gate_tanh": tf.tanh, "gate_relu": tf.nn.relu}
+
+
+def messages(src, dst, x_src, x_dst, weight, types, program):
+    """The per-edge messages of a fused-gather program, [E, F]."""
+    if program == "type_select":
+        return tf.gather_nd(x_src, tf.stack([tf.cast(src, tf.int64), tf.cast(types, tf.int64)], axis=1))
+    s = tf.gather(x_src, src)
+    t = None if x_dst is None else tf.gather(x_dst, dst)
+    if program == "copy_src":
+        return s
+    if program == "src_mul_edge":
+        num_edges, width = tf.shape(s)[0], s.shape[-1]
+        blocks = weight.shape[-1]
+        grouped = tf.reshape(s, [num_edges, blocks, width // blocks]) * weight[:, :, None]
+        return tf.reshape(grouped, [num_edges, width])
+    if program == "src_add_dst":
+        return s + t
+    if program == "src_sub_dst":
+        return s - t
+    if program == "src_mul_dst":
+        return s * t
+    if program in _ACTIVATIONS:
+        return _ACTIVATIONS[program](s[:, 0] + t) * s[:, 1]
+    raise ValueError(f"unknown program {program!r}")
+
+
+def fused_gather(src, dst, num_dst, x_src, x_dst, weight, types, program, reduce):
+    return segment_reduce(messages(src, dst, x_src, x_dst, weight, types, program), dst, num_dst, reduce)

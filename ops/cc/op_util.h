@@ -1,0 +1,203 @@
+// What the TF kernels share: argument validation with messages that name the
+// argument, the CPU thread pool as a `parallel` callable for the
+// framework-free kernels, and dispatch from attribute strings to templates.
+#ifndef NGRA_OPS_CC_OP_UTIL_H_
+#define NGRA_OPS_CC_OP_UTIL_H_
+
+#include <atomic>
+#include <functional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "ops/kernels/propagate.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/lib/core/threadpool.h"
+
+namespace ngra {
+
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::errors::InvalidArgument;
+
+// ---- Parallelism ----
+
+// A `parallel(num_blocks, body)` over TF's intra-op pool; runs inline when
+// there is too little work to be worth waking threads.
+inline std::function<void(int64_t, const std::function<void(int64_t, int64_t)>&)> CpuParallel(
+    OpKernelContext* ctx) {
+  auto* pool = ctx->device()->tensorflow_cpu_worker_threads()->workers;
+  return [pool](int64_t n, const std::function<void(int64_t, int64_t)>& body) {
+    if (n <= 1) {
+      body(0, n);
+    } else {
+      pool->TransformRangeConcurrently(1, n, body);
+    }
+  };
+}
+
+// How many blocks to cut a segment walk into: a few per thread so that
+// uneven blocks still even out, and one when the work is tiny.
+inline int64_t NumBlocks(OpKernelContext* ctx, int64_t num_positions, int64_t width) {
+  const int64_t threads = ctx->device()->tensorflow_cpu_worker_threads()->num_threads;
+  const int64_t work = (num_positions + 1) * std::max<int64_t>(width, 1);
+  constexpr int64_t kMinWorkPerBlock = 1 << 15;
+  return std::max<int64_t>(1, std::min<int64_t>(4 * threads, work / kMinWorkPerBlock));
+}
+
+// Runs body(begin, end) over [0, n) in parallel chunks (for validation passes).
+inline void ParallelRange(OpKernelContext* ctx, int64_t n,
+                          const std::function<void(int64_t, int64_t)>& body) {
+  const int64_t blocks = NumBlocks(ctx, n, 1);
+  CpuParallel(ctx)(blocks, [&](int64_t first, int64_t last) {
+    for (int64_t b = first; b < last; ++b) body(n * b / blocks, n * (b + 1) / blocks);
+  });
+}
+
+// ---- Validation ----
+
+inline std::string ShapeOf(const Tensor& t) { return t.shape().DebugString(); }
+
+// indptr must be [num_segments + 1] (any length when num_segments < 0),
+// start at 0 and never decrease. Sets *num_positions to its last value.
+template <typename Index>
+absl::Status CheckIndptr(const Tensor& indptr, const char* name, int64_t num_segments,
+                         int64_t* num_positions) {
+  if (indptr.dims() != 1 || indptr.NumElements() < 1) {
+    return InvalidArgument(name, " must be a non-empty vector, got shape ", ShapeOf(indptr));
+  }
+  if (num_segments >= 0 && indptr.NumElements() != num_segments + 1) {
+    return InvalidArgument(name, " must have ", num_segments + 1, " entries (one per vertex, plus one), got ",
+                           indptr.NumElements());
+  }
+  const auto p = indptr.flat<Index>();
+  if (p(0) != 0) return InvalidArgument(name, "[0] must be 0, got ", p(0));
+  for (int64_t i = 1; i < p.size(); ++i) {
+    if (p(i) < p(i - 1)) {
+      return InvalidArgument(name, " must be non-decreasing, but ", name, "[", i, "] = ", p(i), " < ",
+                             name, "[", i - 1, "] = ", p(i - 1));
+    }
+  }
+  *num_positions = static_cast<int64_t>(p(p.size() - 1));
+  return absl::OkStatus();
+}
+
+// ids must be a vector of `size` values in [lower, bound).
+template <typename Index>
+absl::Status CheckIds(OpKernelContext* ctx, const Tensor& ids, const char* name, int64_t size,
+                      int64_t bound, int64_t lower = 0) {
+  if (ids.dims() != 1 || ids.NumElements() != size) {
+    return InvalidArgument(name, " must be a vector of ", size, " ids, got shape ", ShapeOf(ids));
+  }
+  const Index* v = ids.flat<Index>().data();
+  std::atomic<int64_t> bad{size};
+  ParallelRange(ctx, size, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      if (v[i] < lower || v[i] >= bound) {
+        int64_t seen = bad.load();
+        while (i < seen && !bad.compare_exchange_weak(seen, i)) {
+        }
+        return;
+      }
+    }
+  });
+  if (bad.load() < size) {
+    const int64_t i = bad.load();
+    return InvalidArgument(name, "[", i, "] = ", static_cast<int64_t>(v[i]), " is out of range [", lower,
+                           ", ", bound, ")");
+  }
+  return absl::OkStatus();
+}
+
+// A permutation of [0, size): in range and each value once.
+template <typename Index>
+absl::Status CheckPermutation(OpKernelContext* ctx, const Tensor& perm, const char* name,
+                              int64_t size) {
+  TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, perm, name, size, size));
+  std::vector<bool> seen(size, false);
+  const auto v = perm.flat<Index>();
+  for (int64_t i = 0; i < size; ++i) {
+    if (seen[v(i)]) {
+      return InvalidArgument(name, " must be a permutation, but ", static_cast<int64_t>(v(i)),
+                             " appears twice (again at position ", i, ")");
+    }
+    seen[v(i)] = true;
+  }
+  return absl::OkStatus();
+}
+
+// Segments from validated tensors; an empty ids tensor means identity.
+template <typename Index>
+Segments<Index> MakeSegments(const Tensor& indptr, const Tensor* indices, const Tensor* edge_ids) {
+  Segments<Index> seg;
+  seg.indptr = indptr.flat<Index>().data();
+  seg.num_segments = indptr.NumElements() - 1;
+  if (indices != nullptr && indices->NumElements() > 0) seg.indices = indices->flat<Index>().data();
+  if (edge_ids != nullptr && edge_ids->NumElements() > 0) seg.edge_ids = edge_ids->flat<Index>().data();
+  return seg;
+}
+
+// Runs kernel(first, last) over edge-balanced blocks of seg.
+template <typename Index, typename Kernel>
+void RunSegments(OpKernelContext* ctx, const Segments<Index>& seg, int64_t width, Kernel&& kernel) {
+  const int64_t positions = seg.num_segments > 0 ? static_cast<int64_t>(seg.indptr[seg.num_segments]) : 0;
+  const auto bounds = BalancedBlocks(seg.indptr, seg.num_segments, NumBlocks(ctx, positions, width));
+  ForEachBlock(bounds, CpuParallel(ctx), kernel);
+}
+
+// ---- Dispatch from attribute strings to template arguments ----
+
+template <Reduce R>
+using ReduceTag = std::integral_constant<Reduce, R>;
+
+template <typename Fn>
+absl::Status DispatchReduce(const std::string& name, Fn&& fn) {
+  if (name == "sum") return fn(ReduceTag<Reduce::kSum>{});
+  if (name == "mean") return fn(ReduceTag<Reduce::kMean>{});
+  if (name == "max") return fn(ReduceTag<Reduce::kMax>{});
+  if (name == "min") return fn(ReduceTag<Reduce::kMin>{});
+  return InvalidArgument("reduce must be one of sum, mean, max, min; got '", name, "'");
+}
+
+inline bool IsExtremeReduce(const std::string& name) { return name == "max" || name == "min"; }
+
+template <typename Fn>
+absl::Status DispatchProgram(const std::string& name, Fn&& fn) {
+  if (name == "copy_src") return fn(CopySrc{});
+  if (name == "src_mul_edge") return fn(SrcMulEdge{});
+  if (name == "src_add_dst") return fn(SrcAddDst{});
+  if (name == "src_sub_dst") return fn(SrcSubDst{});
+  if (name == "src_mul_dst") return fn(SrcMulDst{});
+  if (name == "gate_sigmoid") return fn(Gate<Sigmoid>{});
+  if (name == "gate_tanh") return fn(Gate<Tanh>{});
+  if (name == "gate_relu") return fn(Gate<Relu>{});
+  if (name == "type_select") return fn(TypeSelect{});
+  return InvalidArgument(
+      "program must be one of copy_src, src_mul_edge, src_add_dst, src_sub_dst, src_mul_dst, "
+      "gate_sigmoid, gate_tanh, gate_relu, type_select; got '", name, "'");
+}
+
+template <WeightKind K>
+using WeightTag = std::integral_constant<WeightKind, K>;
+
+// Programs without a weight only ever see kNone, which keeps the number of
+// template instantiations (and the build time) down.
+template <typename Program, typename Fn>
+absl::Status DispatchWeight(WeightKind kind, Fn&& fn) {
+  if constexpr (Program::kUsesWeight) {
+    switch (kind) {
+      case WeightKind::kScalar: return fn(WeightTag<WeightKind::kScalar>{});
+      case WeightKind::kVector: return fn(WeightTag<WeightKind::kVector>{});
+      case WeightKind::kBlock: return fn(WeightTag<WeightKind::kBlock>{});
+      default: break;
+    }
+    return InvalidArgument("edge_weight is required by this program");
+  } else {
+    return fn(WeightTag<WeightKind::kNone>{});
+  }
+}
+
+}  // namespace ngra
+
+#endif  // NGRA_OPS_CC_OP_UTIL_H_

@@ -1,0 +1,198 @@
+// Op schemas and shape functions: declared once here, implemented per device
+// in *_kernels.cc, differentiated in ngra_tf/ops/gradients.py.
+//
+// Index arrays come in one of two groupings (see ops/kernels/segments.h):
+// CSC groups edges by destination and is what forward passes walk; edge ids
+// are CSC positions. CSR groups them by source, with `csr_edge` mapping each
+// CSR position back to its edge id; backward passes walk it.
+#include "tensorflow/core/framework/common_shape_fns.h"
+#include "tensorflow/core/framework/op.h"
+#include "tensorflow/core/framework/shape_inference.h"
+
+namespace ngra {
+
+using ::tensorflow::shape_inference::DimensionHandle;
+using ::tensorflow::shape_inference::InferenceContext;
+using ::tensorflow::shape_inference::ShapeHandle;
+
+namespace {
+
+// Number of segments of an indptr input: its length minus one.
+DimensionHandle SegmentsOf(InferenceContext* c, int input) {
+  ShapeHandle indptr;
+  if (!c->WithRank(c->input(input), 1, &indptr).ok()) return c->UnknownDim();
+  DimensionHandle n;
+  if (!c->Subtract(c->Dim(indptr, 0), 1, &n).ok()) return c->UnknownDim();
+  return n;
+}
+
+// [rows] + shape[1:]
+absl::Status RowsLike(InferenceContext* c, DimensionHandle rows, int input, ShapeHandle* out) {
+  ShapeHandle x = c->input(input);
+  if (!c->RankKnown(x)) {
+    *out = c->UnknownShape();
+    return absl::OkStatus();
+  }
+  TF_RETURN_IF_ERROR(c->WithRankAtLeast(x, 1, &x));
+  return c->ReplaceDim(x, 0, rows, out);
+}
+
+// argedge is shaped like the output for max/min, empty otherwise.
+absl::Status SetArgEdge(InferenceContext* c, ShapeHandle output) {
+  std::string reduce;
+  TF_RETURN_IF_ERROR(c->GetAttr("reduce", &reduce));
+  c->set_output(1, reduce == "max" || reduce == "min" ? output : c->Vector(0));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+REGISTER_OP("NgraGather")
+    .Input("values: T")
+    .Input("indptr: Tindex")
+    .Input("edge_ids: Tindex")
+    .Output("output: T")
+    .Output("argedge: Tindex")
+    .Attr("reduce: {'sum', 'mean', 'max', 'min'}")
+    .Attr("T: {float, double}")
+    .Attr("Tindex: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(RowsLike(c, SegmentsOf(c, 1), 0, &out));
+      c->set_output(0, out);
+      return SetArgEdge(c, out);
+    })
+    .Doc(R"doc(
+Reduces edge rows into segments: output[s] = reduce(values[edge_ids[k]] for k
+in [indptr[s], indptr[s+1])). An empty edge_ids means edge k is position k.
+argedge holds, for max and min, the winning edge per element (-1 if empty).
+)doc");
+
+REGISTER_OP("NgraScatter")
+    .Input("x: T")
+    .Input("indptr: Tindex")
+    .Input("edge_ids: Tindex")
+    .Output("output: T")
+    .Attr("T: {float, double}")
+    .Attr("Tindex: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle ids, out;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &ids));
+      DimensionHandle n = c->Dim(ids, 0);
+      // Empty edge_ids (identity) leave the edge count to indptr's values.
+      if (!c->ValueKnown(n) || c->Value(n) == 0) n = c->UnknownDim();
+      TF_RETURN_IF_ERROR(RowsLike(c, n, 0, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Copies each segment's row to its edges: output[edge_ids[k]] = x[s] for k in
+[indptr[s], indptr[s+1]). The adjoint of a sum NgraGather on the same segments.
+)doc");
+
+REGISTER_OP("NgraGatherGradArg")
+    .Input("grad: T")
+    .Input("argedge: Tindex")
+    .Input("indptr: Tindex")
+    .Input("edge_ids: Tindex")
+    .Output("output: T")
+    .Attr("T: {float, double}")
+    .Attr("Tindex: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(RowsLike(c, c->UnknownDim(), 0, &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc("The gradient of a max/min NgraGather w.r.t. its values.");
+
+// The fused Scatter -> ApplyEdge -> Gather. Operands a program does not use
+// are passed as empty tensors.
+#define NGRA_FUSED_GATHER_INPUTS                  \
+  Input("x_src: T")                               \
+      .Input("x_dst: T")                          \
+      .Input("edge_weight: T")                    \
+      .Input("edge_type: int32")                  \
+      .Input("csc_indptr: Tindex")                \
+      .Input("csc_src: Tindex")                   \
+      .Input("csr_indptr: Tindex")                \
+      .Input("csr_dst: Tindex")                   \
+      .Input("csr_edge: Tindex")
+
+#define NGRA_FUSED_GATHER_ATTRS                                                       \
+  Attr(                                                                               \
+      "program: {'copy_src', 'src_mul_edge', 'src_add_dst', 'src_sub_dst', "          \
+      "'src_mul_dst', 'gate_sigmoid', 'gate_tanh', 'gate_relu', 'type_select'}")      \
+      .Attr("reduce: {'sum', 'mean', 'max', 'min'}")                                  \
+      .Attr("T: {float, double}")                                                     \
+      .Attr("Tindex: {int32, int64}")
+
+REGISTER_OP("NgraFusedGather")
+    .NGRA_FUSED_GATHER_INPUTS
+    .Output("output: T")
+    .Output("argedge: Tindex")
+    .NGRA_FUSED_GATHER_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle x_src = c->input(0), out;
+      if (!c->RankKnown(x_src)) {
+        out = c->UnknownShape();
+      } else {
+        TF_RETURN_IF_ERROR(c->WithRankAtLeast(x_src, 2, &x_src));
+        out = c->Matrix(SegmentsOf(c, 4), c->Dim(x_src, -1));
+      }
+      c->set_output(0, out);
+      return SetArgEdge(c, out);
+    })
+    .Doc(R"doc(
+output[v] = reduce over edges e = (u -> v) of program(x_src[u], x_dst[v],
+edge_weight[e] or edge_type[e]), walking the CSC arrays; the CSR arrays are
+carried for the gradient.
+)doc");
+
+REGISTER_OP("NgraFusedGatherGrad")
+    .Input("grad: T")
+    .Input("argedge: Tindex")
+    .NGRA_FUSED_GATHER_INPUTS
+    .Output("output: T")
+    .NGRA_FUSED_GATHER_ATTRS
+    .Attr("wrt: {'x_src', 'x_dst', 'edge_weight'}")
+    .SetShapeFn([](InferenceContext* c) {
+      std::string wrt;
+      TF_RETURN_IF_ERROR(c->GetAttr("wrt", &wrt));
+      const int input = wrt == "x_src" ? 2 : wrt == "x_dst" ? 3 : 4;
+      c->set_output(0, c->input(input));
+      return absl::OkStatus();
+    })
+    .Doc("The gradient of NgraFusedGather w.r.t. one of its float operands.");
+
+#undef NGRA_FUSED_GATHER_INPUTS
+#undef NGRA_FUSED_GATHER_ATTRS
+
+// Explicit data movement (NGra §3.1). Each is a real copy; the byte counters
+// feed the streaming and ring measurements.
+#define NGRA_COPY_OP(name)                                        \
+  REGISTER_OP(name)                                               \
+      .Input("input: T")                                          \
+      .Output("output: T")                                        \
+      .Attr("T: type")                                            \
+      .SetIsStateful()                                            \
+      .SetShapeFn(::tensorflow::shape_inference::UnchangedShape)
+
+NGRA_COPY_OP("NgraCopyH2D").Doc("Copies a host tensor to device memory.");
+NGRA_COPY_OP("NgraCopyD2H").Doc("Copies a device tensor to host memory.");
+NGRA_COPY_OP("NgraCopyD2D").Doc("Copies a tensor between two devices.");
+#undef NGRA_COPY_OP
+
+REGISTER_OP("NgraCopyStats")
+    .Input("reset: bool")
+    .Output("kinds: string")
+    .Output("devices: string")
+    .Output("bytes: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      for (int i = 0; i < 3; ++i) c->set_output(i, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc("Bytes moved per copy kind and device since the last reset; resets them if asked.");
+
+}  // namespace ngra
