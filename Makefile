@@ -33,5 +33,17 @@ $(OPS_LIB): $(STAMP) $(OPS_SRCS) setup.py
 	$(PY) setup.py -q build_ext --inplace
 	touch $@
 
+# The same sources built by Bazel (offline); the op tests then run against
+# that library. The loader would fall back to the references if the library
+# did not load, so load it explicitly first: a broken build must fail here.
+BAZEL_OPS_LIB := $(CURDIR)/build/bazel/_ngra_ops.so
+
+bazel: $(STAMP)
+	PYTHON=$(PY) bash tools/bazel_build.sh
+
+test-bazel: bazel
+	$(PY) -c "import sys, tensorflow as tf; tf.load_op_library(sys.argv[1])" $(BAZEL_OPS_LIB)
+	NGRA_TF_OPS_LIBRARY=$(BAZEL_OPS_LIB) $(PY) -m pytest tests/ops
+
 clean:
 	rm -rf build $(OPS_LIB) bazel-* .pytest_cache

@@ -59,7 +59,14 @@ setup(
         "test": ["pytest>=7", "hypothesis>=6"],
         "bench": ["torch>=2.1"],
     },
-    ext_modules=[Extension(OPS_LIBRARY, sources=sorted(glob.glob("ops/cc/*.cc")))],
+    ext_modules=[
+        Extension(
+            OPS_LIBRARY,
+            sources=sorted(glob.glob("ops/cc/*.cc")),
+            # Headers carry the kernels: any change to them recompiles everything.
+            depends=sorted(glob.glob("ops/cc/*.h") + glob.glob("ops/kernels/*.h")),
+        )
+    ],
     cmdclass={"build_ext": BuildTfOps},
     zip_safe=False,
 )

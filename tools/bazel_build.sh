@@ -7,7 +7,7 @@
 #   NGRA_TF_PORTABLE=1   no -march=native (same switch as the pip build)
 #   extra arguments      passed to `bazel build`, e.g. --jobs=4
 #
-# Load the result with NGRA_TF_OPS_LIBRARY=$(bash tools/bazel_build.sh | tail -1).
+# Only the path goes to stdout: NGRA_TF_OPS_LIBRARY=$(bash tools/bazel_build.sh).
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -40,7 +40,9 @@ args=(
     "--repo_env=NGRA_TF_VERSION=$tf_version"
 )
 if [ "${NGRA_TF_PORTABLE:-0}" = 1 ]; then
-    args+=(--define=portable=1)
+    # Separate output dir (k8-opt-portable), so switching back and forth
+    # does not rebuild either variant.
+    args+=(--define=portable=1 --platform_suffix=portable)
 fi
 
 bazel build "${args[@]}" "$@" //:_ngra_ops.so >&2
@@ -48,7 +50,7 @@ bazel build "${args[@]}" "$@" //:_ngra_ops.so >&2
 # Copy rather than link: Bazel's output tree changes under `bazel clean` and
 # its files are read-only. Replace via rename so that a process that has the
 # old library mapped keeps a valid file.
-src="$(bazel info "${args[@]}" "$@" bazel-bin 2>/dev/null)/_ngra_ops.so"
+src="$(bazel info "${args[@]}" "$@" bazel-bin)/_ngra_ops.so"
 dst=build/bazel/_ngra_ops.so
 mkdir -p build/bazel
 if ! cmp -s "$src" "$dst"; then

@@ -14,12 +14,13 @@ import scipy.sparse as sp
 from ngra_tf.graph.adjacency import Adjacency
 
 
-def _ids(name: str, values, num_vertices: int) -> np.ndarray:
+def _ids(name: str, values, num_vertices: int | None) -> np.ndarray:
+    """Validated int64 ids; num_vertices=None checks everything but the upper bound."""
     ids = np.asarray(values)
     if ids.ndim != 1:
         raise ValueError(f"{name} must be a 1-D array of vertex ids, got shape {ids.shape}")
     if ids.size and not np.issubdtype(ids.dtype, np.integer):
-        if not np.all(np.equal(np.mod(ids, 1), 0)):
+        if not np.issubdtype(ids.dtype, np.floating) or not np.all(np.equal(np.mod(ids, 1), 0)):
             raise ValueError(f"{name} must hold integer vertex ids, got dtype {ids.dtype}")
         ids = ids.astype(np.int64)
     ids = ids.astype(np.int64, copy=False)
@@ -27,7 +28,7 @@ def _ids(name: str, values, num_vertices: int) -> np.ndarray:
         low, high = int(ids.min()), int(ids.max())
         if low < 0:
             raise ValueError(f"{name} holds a negative vertex id ({low} at position {int(np.argmin(ids))})")
-        if high >= num_vertices:
+        if num_vertices is not None and high >= num_vertices:
             raise ValueError(f"{name} holds vertex id {high} (at position {int(np.argmax(ids))}), "
                              f"out of range for num_vertices={num_vertices}")
     return ids
@@ -77,8 +78,9 @@ class Graph:
         if dst is None:
             raise ValueError("dst is required unless src is a scipy sparse matrix")
         if num_vertices is None:
-            sizes = [np.max(a) + 1 for a in (np.asarray(src), np.asarray(dst)) if np.size(a)]
-            num_vertices = int(max(sizes, default=0))
+            # Validate first, so bad ids are reported as such, not as a bad num_vertices.
+            src, dst = _ids("src", src, None), _ids("dst", dst, None)
+            num_vertices = int(max(src.max(initial=-1), dst.max(initial=-1))) + 1
         if int(num_vertices) != num_vertices or num_vertices < 0:
             raise ValueError(f"num_vertices must be a non-negative integer, got {num_vertices!r}")
         num_vertices = int(num_vertices)
@@ -191,4 +193,5 @@ def _edge_data(edge_data, num_edges: int, order: np.ndarray | None) -> np.ndarra
     data = np.asarray(edge_data)
     if data.ndim == 0 or data.shape[0] != num_edges:
         raise ValueError(f"edge_data must have one row per edge ({num_edges}), got shape {data.shape}")
-    return np.ascontiguousarray(data if order is None else data[order])
+    # Always a copy: the graph freezes it, and must neither freeze nor alias the caller's array.
+    return np.array(data, order="C") if order is None else np.ascontiguousarray(data[order])

@@ -92,7 +92,8 @@ class Partition:
         self.bounds = np.concatenate([[0], np.cumsum(np.bincount(part_of, minlength=num_parts))])
         self.edge_counts = counts
         self.imbalance_after = _imbalance(counts)
-        self.order.flags.writeable = self.position.flags.writeable = False
+        for array in (self.order, self.position, self.bounds, self.edge_counts):
+            array.flags.writeable = False
         self._chunks = self._build_chunks(part_of)
 
     def _build_chunks(self, part_of: np.ndarray):
@@ -112,6 +113,9 @@ class Partition:
                 adjacency, order = Adjacency.from_coo(local[g.src[edges]], local[g.dst[edges]], sizes[i], sizes[j])
                 edge_ids = edges[order]
                 data = None if g.edge_data is None else g.edge_data[edge_ids]
+                for array in (edge_ids, data):
+                    if array is not None:
+                        array.flags.writeable = False
                 row.append(Chunk(i, j, adjacency, edge_ids, data))
             chunks.append(row)
         return chunks

@@ -34,7 +34,7 @@ class FusedGatherGradOp : public OpKernel {
     if (extreme) {
       OP_REQUIRES(ctx, argedge.shape() == out_shape,
                   InvalidArgument("argedge must be shaped ", out_shape.DebugString(), ", got ", ShapeOf(argedge)));
-      OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, argedge, "argedge", argedge.NumElements(), args.num_edges, -1));
+      OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, argedge, "argedge", argedge.NumElements(), args.num_edges, -1, false));
     }
 
     ProgramInfo info;
@@ -70,7 +70,7 @@ class FusedGatherGradOp : public OpKernel {
         constexpr WeightKind K = decltype(w)::value;
         auto run = [&](auto arg_tag) {
           constexpr bool kArg = decltype(arg_tag)::value;
-          const EdgeGrad<kArg, T, Index> eg{g, a, width};
+          const EdgeGrad<kArg, T, Index> eg{g, a, width, args.num_dst};
           if (wrt_ == "x_src") {
             RunSegments(ctx, args.csr, width, [&](int64_t first, int64_t last) {
               FusedGatherGradSrc<P, kArg, K>(args.csr, args.in, eg, first, last, o);
@@ -78,7 +78,7 @@ class FusedGatherGradOp : public OpKernel {
           } else if (wrt_ == "x_dst") {
             if constexpr (P::kUsesDst) {
               RunSegments(ctx, args.csc, width, [&](int64_t first, int64_t last) {
-                FusedGatherGradDst<P, kArg, K>(args.csc, args.in, eg, first, last, o);
+                FusedGatherGradDst<P, kArg, K>(args.csc, args.in, args.num_src, eg, first, last, o);
               });
             }
           } else if constexpr (P::kUsesWeight) {

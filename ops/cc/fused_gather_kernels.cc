@@ -36,7 +36,8 @@ class FusedGatherOp : public OpKernel {
       return DispatchReduce(reduce_, [&](auto r) {
         return DispatchWeight<P>(args.weight_kind, [&](auto w) {
           RunSegments(ctx, args.csc, args.in.width, [&](int64_t first, int64_t last) {
-            FusedGather<P, decltype(r)::value, decltype(w)::value>(args.csc, args.in, first, last, o, a);
+            FusedGather<P, decltype(r)::value, decltype(w)::value>(args.csc, args.in, args.num_src, first, last, o,
+                                                                    a);
           });
           return absl::OkStatus();
         });

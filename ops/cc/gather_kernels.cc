@@ -84,7 +84,7 @@ class GatherOp : public OpKernel {
     Index* a = arg->flat<Index>().data();
     OP_REQUIRES_OK(ctx, DispatchReduce(reduce_, [&](auto r) {
                      RunSegments(ctx, seg, v.width, [&](int64_t first, int64_t last) {
-                       FusedGather<CopySrc, decltype(r)::value, WeightKind::kNone>(seg, in, first, last, o, a);
+                       FusedGather<CopySrc, decltype(r)::value, WeightKind::kNone>(seg, in, v.rows, first, last, o, a);
                      });
                      return absl::OkStatus();
                    }));
@@ -143,7 +143,7 @@ class GatherGradArgOp : public OpKernel {
     int64_t num_edges = 0;
     OP_REQUIRES_OK(ctx, CheckIndptr<Index>(indptr, "indptr", r.rows, &num_edges));
     OP_REQUIRES_OK(ctx, CheckGrouping<Index>(ctx, indptr, edge_ids, r.rows, num_edges, true));
-    OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, ctx->input(1), "argedge", arg.NumElements(), num_edges, -1));
+    OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, arg, "argedge", arg.NumElements(), num_edges, -1, false));
     // Each winner must be an edge of its own segment, or two segments could
     // write the same element.
     const Segments<Index> seg = MakeSegments<Index>(indptr, nullptr, &edge_ids);

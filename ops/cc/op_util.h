@@ -83,11 +83,12 @@ absl::Status CheckIndptr(const Tensor& indptr, const char* name, int64_t num_seg
   return absl::OkStatus();
 }
 
-// ids must be a vector of `size` values in [lower, bound).
+// ids must be a vector of `size` values in [lower, bound) (any shape when
+// `vector` is false).
 template <typename Index>
 absl::Status CheckIds(OpKernelContext* ctx, const Tensor& ids, const char* name, int64_t size,
-                      int64_t bound, int64_t lower = 0) {
-  if (ids.dims() != 1 || ids.NumElements() != size) {
+                      int64_t bound, int64_t lower = 0, bool vector = true) {
+  if ((vector && ids.dims() != 1) || ids.NumElements() != size) {
     return InvalidArgument(name, " must be a vector of ", size, " ids, got shape ", ShapeOf(ids));
   }
   const Index* v = ids.flat<Index>().data();

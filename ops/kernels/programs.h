@@ -3,8 +3,10 @@
 //
 // A program sees, for one edge and feature f: the source row s (its typed
 // slot for type_select; [a | c] for gates), the destination row t and the
-// edge weight w(f). It defines the message and its partial derivatives; the
-// kernels in propagate.h do the traversal, reduction and parallelism.
+// edge weight w(f). It defines the message and its partial derivatives:
+// SrcGrad(part, g, ...) is g * dMessage/d(x_src part), DstGrad is
+// g * dMessage/dx_dst and WeightGrad is g * dMessage/dw. The kernels in
+// propagate.h do the traversal, reduction and parallelism.
 #ifndef NGRA_OPS_KERNELS_PROGRAMS_H_
 #define NGRA_OPS_KERNELS_PROGRAMS_H_
 
@@ -47,7 +49,7 @@ struct CopySrc : ProgramBase {
   template <typename T, typename W>
   static T Message(const T* s, const T*, const W&, int64_t f, int64_t) { return s[f]; }
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T*, const T*, const W&, int64_t f, int64_t) { ds[f] += g; }
+  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
 };
 
 struct SrcMulEdge : ProgramBase {
@@ -55,9 +57,7 @@ struct SrcMulEdge : ProgramBase {
   template <typename T, typename W>
   static T Message(const T* s, const T*, const W& w, int64_t f, int64_t) { return s[f] * w(f); }
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T*, const T*, const W& w, int64_t f, int64_t) {
-    ds[f] += g * w(f);
-  }
+  static T SrcGrad(int, T g, const T*, const T*, const W& w, int64_t f, int64_t) { return g * w(f); }
   template <typename T>
   static T WeightGrad(T g, const T* s, const T*, int64_t f, int64_t) { return g * s[f]; }
 };
@@ -67,7 +67,7 @@ struct SrcAddDst : ProgramBase {
   template <typename T, typename W>
   static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] + t[f]; }
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T*, const T*, const W&, int64_t f, int64_t) { ds[f] += g; }
+  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
   template <typename T, typename W>
   static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
 };
@@ -77,7 +77,7 @@ struct SrcSubDst : ProgramBase {
   template <typename T, typename W>
   static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] - t[f]; }
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T*, const T*, const W&, int64_t f, int64_t) { ds[f] += g; }
+  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
   template <typename T, typename W>
   static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return -g; }
 };
@@ -87,9 +87,7 @@ struct SrcMulDst : ProgramBase {
   template <typename T, typename W>
   static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] * t[f]; }
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T*, const T* t, const W&, int64_t f, int64_t) {
-    ds[f] += g * t[f];
-  }
+  static T SrcGrad(int, T g, const T*, const T* t, const W&, int64_t f, int64_t) { return g * t[f]; }
   template <typename T, typename W>
   static T DstGrad(T g, const T* s, const T*, const W&, int64_t f, int64_t) { return g * s[f]; }
 };
@@ -124,12 +122,12 @@ struct Gate : ProgramBase {
   static T Message(const T* s, const T* t, const W&, int64_t f, int64_t width) {
     return Act::Value(s[f] + t[f]) * s[width + f];
   }
+  // part 0 is the gradient w.r.t. a, part 1 w.r.t. c.
   template <typename T, typename W>
-  static void SrcGrad(T* ds, T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
+  static T SrcGrad(int part, T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
     const T z = s[f] + t[f];
     const T y = Act::Value(z);
-    ds[f] += g * Act::Slope(z, y) * s[width + f];
-    ds[width + f] += g * y;
+    return part == 0 ? g * Act::Slope(z, y) * s[width + f] : g * y;
   }
   template <typename T, typename W>
   static T DstGrad(T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {

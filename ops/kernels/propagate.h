@@ -9,8 +9,11 @@
 #ifndef NGRA_OPS_KERNELS_PROPAGATE_H_
 #define NGRA_OPS_KERNELS_PROPAGATE_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <vector>
 
 #include "ops/kernels/programs.h"
 #include "ops/kernels/reducers.h"
@@ -51,99 +54,275 @@ auto EdgeWeight(const Operands<T>& in, int64_t e) {
   }
 }
 
-// out[s] = reduce over k in segment s of Program::Message(src row of Row(k),
-// dst row s, weight of Edge(k)). `arg` receives the winning edge per feature
-// for max and min (ignored otherwise).
-template <typename Program, Reduce R, WeightKind K, typename T, typename Index>
-void FusedGather(const Segments<Index>& seg, const Operands<T>& in, int64_t first,
-                 int64_t last, T* out, Index* arg) {
+// ---- The segment walk shared by the forward pass and the gradients ----
+//
+// Vertex-parallel and edge-sequential: a segment's output tile stays in
+// registers (or L1) while its edges stream past, in their stored order, so
+// the sums are deterministic. Two cache techniques on top:
+//  - Features go in tiles of kTileBytes, so a wide row (602 features) does not
+//    thrash the accumulators.
+//  - When the gathered matrix is larger than a core's L2, its rows are cut
+//    into blocks of kBlockBytes and every segment of the thread's range is
+//    walked once per block (2-D tiling, NGra's chunking applied to the cache).
+//    A segment's edges are sorted by gathered row, so each block is a
+//    contiguous run of them; edges are still reduced in stored order.
+//    Blocking costs one extra pass over the output tile per block, so it is
+//    used only when segments average four or more edges per block.
+// Without blocking, rows a few edges ahead are prefetched: the gathers are
+// random and the hardware prefetcher cannot guess them.
+constexpr int64_t kTileBytes = 512;
+constexpr int64_t kBlockBytes = 1 << 20;
+constexpr int kPrefetchDistance = 8;
+
+inline void PrefetchBytes(const void* address, int64_t bytes) {
+  const char* p = static_cast<const char*>(address);
+  for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(p + offset);
+}
+
+// Where a tile's walk over one segment starts and stops.
+template <typename Index>
+struct TileSpan {
+  Index begin, end;       // positions of the segment still to reduce
+  Index row_limit;        // stop at the first position whose row reaches this
+  bool first, last;       // the first / last block: initialise / finish
+  bool prefetch;
+};
+
+// Reduces positions [span.begin, ...) of segment s into one output tile
+// [f0, f0 + n) of part `part`; returns the first position not reduced.
+template <Reduce R, int64_t kTile, bool kFull, typename Walk, typename T, typename Index>
+inline Index ReduceTile(const Walk& walk, const Segments<Index>& seg, int64_t s, int part, int64_t f0,
+                        int64_t n, const TileSpan<Index>& span, T* out, Index* arg) {
   using Red = Reducer<R>;
-  const int64_t width = in.width;
-  for (int64_t s = first; s < last; ++s) {
-    T* __restrict o = out + s * width;
-    Index* __restrict a = Red::kTracksArg ? arg + s * width : nullptr;
-    for (int64_t f = 0; f < width; ++f) o[f] = Red::template Init<T>();
-    if constexpr (Red::kTracksArg) {
-      for (int64_t f = 0; f < width; ++f) a[f] = Index(-1);
+  const int64_t count = kFull ? kTile : n;
+  T acc[kTile];
+  Index win[kTile];
+  for (int64_t j = 0; j < count; ++j) {
+    acc[j] = span.first ? Red::template Init<T>() : out[j];
+    win[j] = span.first || !Red::kTracksArg ? Index(-1) : arg[j];
+  }
+  Index k = span.begin;
+  for (; k < span.end && seg.Row(k) < span.row_limit; ++k) {
+    if (span.prefetch && k + kPrefetchDistance < span.end) {
+      walk.Prefetch(k + kPrefetchDistance, f0, count);
     }
-    const T* t = Program::kUsesDst ? in.x_dst + s * width : nullptr;
-    for (Index k = seg.Begin(s), end = seg.End(s); k < end; ++k) {
-      const Index e = seg.Edge(k);
-      const T* __restrict src = in.x_src + in.template SrcOffset<Program>(seg.Row(k), e);
-      const auto w = EdgeWeight<K>(in, e);
-      if constexpr (Red::kTracksArg) {
-        for (int64_t f = 0; f < width; ++f) {
-          Red::Step(o[f], a[f], Program::Message(src, t, w, f, width), e);
+    walk.template Accumulate<Red>(s, k, part, f0, count, acc, win);
+  }
+  if (span.last) {
+    for (int64_t j = 0; j < count; ++j) Red::Finish(acc[j], win[j], seg.Degree(s));
+  }
+  for (int64_t j = 0; j < count; ++j) out[j] = acc[j];
+  if constexpr (Red::kTracksArg) {
+    for (int64_t j = 0; j < count; ++j) arg[j] = win[j];
+  }
+  return k;
+}
+
+// out[s, part, f] = reduce over k in segment s of the walk's message for
+// (k, part, f), for the segments [first, last); out rows hold `parts` x
+// `width` values. A walk's Accumulate<Reducer>(s, k, part, f0, count, acc,
+// win) folds position k's messages for features [f0, f0 + count) into the
+// tile; its loop sees only local restrict pointers, so it vectorises.
+// The walk gathers `walk.gathered_rows` rows of `walk.gathered_per_row`
+// features-wide tiles (0 rows: gathers are sequential, never block).
+template <Reduce R, typename Walk, typename T, typename Index>
+void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int64_t width,
+                    int64_t first, int64_t last, T* out, Index* arg) {
+  constexpr int64_t kTile = kTileBytes / sizeof(T);
+  const int64_t row = parts * width;
+  const int64_t segments = last - first;
+  const int64_t edges = segments > 0 ? static_cast<int64_t>(seg.indptr[last] - seg.indptr[first]) : 0;
+  std::vector<Index> cursor;
+  for (int part = 0; part < parts; ++part) {
+    for (int64_t f0 = 0; f0 < width; f0 += kTile) {
+      const int64_t n = std::min(kTile, width - f0);
+      const int64_t tile_bytes = std::max<int64_t>(1, n * sizeof(T) * walk.gathered_per_row);
+      const int64_t rows_per_block = std::max<int64_t>(1, kBlockBytes / tile_bytes);
+      int64_t blocks = (walk.gathered_rows + rows_per_block - 1) / rows_per_block;
+      if (blocks > 1 && edges < 4 * blocks * segments) blocks = 1;
+      const bool prefetch = blocks <= 1 && walk.gathered_rows * tile_bytes > kBlockBytes;
+      if (blocks > 1) cursor.assign(seg.indptr + first, seg.indptr + last);
+      for (int64_t b = 0; b < std::max<int64_t>(blocks, 1); ++b) {
+        const bool last_block = b + 1 >= blocks;
+        for (int64_t s = first; s < last; ++s) {
+          TileSpan<Index> span;
+          span.begin = blocks > 1 ? cursor[s - first] : seg.Begin(s);
+          span.end = seg.End(s);
+          span.row_limit = last_block ? std::numeric_limits<Index>::max()
+                                      : static_cast<Index>((b + 1) * rows_per_block);
+          span.first = b == 0;
+          span.last = last_block;
+          span.prefetch = prefetch;
+          const int64_t at = s * row + part * width + f0;
+          Index* a = Reducer<R>::kTracksArg ? arg + at : nullptr;
+          const Index stop = n == kTile ? ReduceTile<R, kTile, true>(walk, seg, s, part, f0, n, span, out + at, a)
+                                        : ReduceTile<R, kTile, false>(walk, seg, s, part, f0, n, span, out + at, a);
+          if (blocks > 1) cursor[s - first] = stop;
         }
-      } else {
-        for (int64_t f = 0; f < width; ++f) o[f] += Program::Message(src, t, w, f, width);
       }
     }
-    const Index degree = seg.Degree(s);
-    for (int64_t f = 0; f < width; ++f) Red::Finish(o[f], a ? a[f] : Index(-1), degree);
   }
 }
+
+// ---- Forward: messages from source rows into destination segments ----
+
+template <typename Program, WeightKind K, typename T, typename Index>
+struct ForwardWalk {
+  const Segments<Index>& csc;
+  const Operands<T>& in;
+  int64_t gathered_rows;  // x_src rows, or 0 when rows are read in order
+  int64_t gathered_per_row;
+
+  const T* Src(Index k) const { return in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k)); }
+  void Prefetch(Index k, int64_t f0, int64_t n) const {
+    const T* src = Src(k);
+    PrefetchBytes(src + f0, n * sizeof(T));
+    if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
+  }
+  // Reduces the message of position k into the tile acc[0, count) (f0 on).
+  template <typename Red>
+  void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
+                  Index* __restrict win) const {
+    const Index e = csc.Edge(k);
+    const T* __restrict src = Src(k);
+    const T* __restrict t = Program::kUsesDst ? in.x_dst + v * in.width : nullptr;
+    const auto w = EdgeWeight<K>(in, e);
+    const int64_t width = in.width;
+    for (int64_t j = 0; j < count; ++j) Red::Step(acc[j], win[j], Program::Message(src, t, w, f0 + j, width), e);
+  }
+};
+
+// out[v] = reduce over k in segment v of Program::Message(src row of Row(k),
+// dst row v, weight of Edge(k)), where x_src has `in_rows` rows. `arg`
+// receives the winning edge per feature for max and min (ignored otherwise).
+template <typename Program, Reduce R, WeightKind K, typename T, typename Index>
+void FusedGather(const Segments<Index>& csc, const Operands<T>& in, int64_t in_rows, int64_t first,
+                 int64_t last, T* out, Index* arg) {
+  const int64_t rows = csc.indices ? static_cast<int64_t>(in_rows) : 0;
+  const ForwardWalk<Program, K, T, Index> walk{csc, in, rows, in.src_slots};
+  ReduceSegments<R>(walk, csc, 1, in.width, first, last, out, arg);
+}
+
+// ---- Gradients ----
 
 // The upstream gradient that reaches edge e at feature f of destination v.
 // Sum (and mean, whose 1/degree the caller folds into `grad`) send the whole
 // row; max and min send it only where e won.
 template <bool kArg, typename T, typename Index>
 struct EdgeGrad {
-  const T* grad;     // [num_dst, width]
-  const Index* arg;  // [num_dst, width] when kArg
+  const T* grad;     // [rows, width]
+  const Index* arg;  // [rows, width] when kArg
   int64_t width;
-  bool Reaches(Index v, Index e, int64_t f) const {
-    return !kArg || arg[static_cast<int64_t>(v) * width + f] == e;
-  }
-  T At(Index v, int64_t f) const { return grad[static_cast<int64_t>(v) * width + f]; }
+  int64_t rows;
+  const T* Row(Index v) const { return grad + static_cast<int64_t>(v) * width; }
+  const Index* ArgRow(Index v) const { return kArg ? arg + static_cast<int64_t>(v) * width : nullptr; }
 };
 
-// d_src[u] = sum over edges e = (u -> v) of g(v, e) * dMessage/dsrc, walking
-// the source-grouped (CSR) segments: Row(k) is the destination v.
+// d_src: walks the source-grouped (CSR) segments, where Row(k) is the
+// destination v of the edge; x_src[u] (the segment's own row) stays in L1.
 template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
-void FusedGatherGradSrc(const Segments<Index>& csr, const Operands<T>& in,
-                        const EdgeGrad<kArg, T, Index>& g, int64_t first, int64_t last,
-                        T* d_src) {
-  const int64_t width = in.width;
-  const int64_t row = in.src_slots * width;
-  for (int64_t u = first; u < last; ++u) {
-    std::memset(d_src + u * row, 0, sizeof(T) * row);
-    for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
-      const Index v = csr.Row(k), e = csr.Edge(k);
-      const int64_t offset = in.template SrcOffset<Program>(static_cast<Index>(u), e);
-      const T* src = in.x_src + offset;
-      T* __restrict ds = d_src + offset;
-      const T* t = Program::kUsesDst ? in.x_dst + static_cast<int64_t>(v) * width : nullptr;
-      const auto w = EdgeWeight<K>(in, e);
-      for (int64_t f = 0; f < width; ++f) {
-        if (g.Reaches(v, e, f)) Program::SrcGrad(ds, g.At(v, f), src, t, w, f, width);
+struct SrcGradWalk {
+  const Segments<Index>& csr;
+  const Operands<T>& in;
+  const EdgeGrad<kArg, T, Index>& g;
+  int64_t gathered_rows;  // destination rows
+  int64_t gathered_per_row = Program::kUsesDst ? 2 : 1;
+
+  void Prefetch(Index k, int64_t f0, int64_t n) const {
+    const Index v = csr.Row(k);
+    PrefetchBytes(g.Row(v) + f0, n * sizeof(T));
+    if (Program::kUsesDst) PrefetchBytes(in.x_dst + static_cast<int64_t>(v) * in.width + f0, n * sizeof(T));
+  }
+  template <typename Red>
+  void Accumulate(int64_t u, Index k, int part, int64_t f0, int64_t count, T* __restrict acc,
+                  Index* __restrict) const {
+    const Index v = csr.Row(k), e = csr.Edge(k);
+    const T* __restrict src = in.x_src + in.template SrcOffset<Program>(static_cast<Index>(u), e);
+    const T* __restrict t = Program::kUsesDst ? in.x_dst + static_cast<int64_t>(v) * in.width : nullptr;
+    const auto w = EdgeWeight<K>(in, e);
+    const T* __restrict grad = g.Row(v);
+    const Index* __restrict won = g.ArgRow(v);
+    const int64_t width = in.width;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t f = f0 + j;
+      if constexpr (kArg) {
+        acc[j] += won[f] == e ? Program::SrcGrad(part, grad[f], src, t, w, f, width) : T(0);
+      } else {
+        acc[j] += Program::SrcGrad(part, grad[f], src, t, w, f, width);
       }
     }
   }
-}
+};
 
-// d_dst[v] = sum over edges e = (u -> v) of g(v, e) * dMessage/ddst, walking
-// the destination-grouped (CSC) segments.
+// d_src[u] = sum over edges e = (u -> v) of g(v, e) * dMessage/dsrc.
 template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
-void FusedGatherGradDst(const Segments<Index>& csc, const Operands<T>& in,
-                        const EdgeGrad<kArg, T, Index>& g, int64_t first, int64_t last,
-                        T* d_dst) {
+void FusedGatherGradSrc(const Segments<Index>& csr, const Operands<T>& in,
+                        const EdgeGrad<kArg, T, Index>& g, int64_t first, int64_t last, T* d_src) {
   const int64_t width = in.width;
-  for (int64_t v = first; v < last; ++v) {
-    T* __restrict dt = d_dst + v * width;
-    std::memset(dt, 0, sizeof(T) * width);
-    const T* t = in.x_dst + v * width;
-    for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
-      const Index e = csc.Edge(k);
-      const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), e);
-      const auto w = EdgeWeight<K>(in, e);
-      for (int64_t f = 0; f < width; ++f) {
-        if (g.Reaches(static_cast<Index>(v), e, f)) {
-          dt[f] += Program::DstGrad(g.At(static_cast<Index>(v), f), src, t, w, f, width);
+  if constexpr (Program::kUsesType) {
+    // Each edge feeds only its type's slot of the source row: accumulate
+    // into the row directly instead of walking every slot.
+    const int64_t row = in.src_slots * width;
+    for (int64_t u = first; u < last; ++u) {
+      std::memset(d_src + u * row, 0, sizeof(T) * row);
+      for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
+        const Index v = csr.Row(k), e = csr.Edge(k);
+        T* __restrict ds = d_src + in.template SrcOffset<Program>(static_cast<Index>(u), e);
+        const T* grad = g.Row(v);
+        const Index* win = g.ArgRow(v);
+        for (int64_t f = 0; f < width; ++f) {
+          if (!kArg || win[f] == e) ds[f] += grad[f];
         }
       }
     }
+  } else {
+    const SrcGradWalk<Program, kArg, K, T, Index> walk{csr, in, g, g.rows};
+    ReduceSegments<Reduce::kSum>(walk, csr, Program::kSrcParts, width, first, last, d_src,
+                                 static_cast<Index*>(nullptr));
   }
+}
+
+// d_dst: walks the destination-grouped (CSC) segments.
+template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
+struct DstGradWalk {
+  const Segments<Index>& csc;
+  const Operands<T>& in;
+  const EdgeGrad<kArg, T, Index>& g;
+  int64_t gathered_rows;  // source rows
+  int64_t gathered_per_row;
+
+  void Prefetch(Index k, int64_t f0, int64_t n) const {
+    const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k));
+    PrefetchBytes(src + f0, n * sizeof(T));
+    if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
+  }
+  template <typename Red>
+  void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
+                  Index* __restrict) const {
+    const Index e = csc.Edge(k);
+    const T* __restrict src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), e);
+    const T* __restrict t = in.x_dst + v * in.width;
+    const auto w = EdgeWeight<K>(in, e);
+    const T* __restrict grad = g.Row(static_cast<Index>(v));
+    const Index* __restrict won = g.ArgRow(static_cast<Index>(v));
+    const int64_t width = in.width;
+    for (int64_t j = 0; j < count; ++j) {
+      const int64_t f = f0 + j;
+      if constexpr (kArg) {
+        acc[j] += won[f] == e ? Program::DstGrad(grad[f], src, t, w, f, width) : T(0);
+      } else {
+        acc[j] += Program::DstGrad(grad[f], src, t, w, f, width);
+      }
+    }
+  }
+};
+
+// d_dst[v] = sum over edges e = (u -> v) of g(v, e) * dMessage/ddst.
+template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
+void FusedGatherGradDst(const Segments<Index>& csc, const Operands<T>& in, int64_t num_src,
+                        const EdgeGrad<kArg, T, Index>& g, int64_t first, int64_t last, T* d_dst) {
+  const DstGradWalk<Program, kArg, K, T, Index> walk{csc, in, g, num_src, in.src_slots};
+  ReduceSegments<Reduce::kSum>(walk, csc, 1, in.width, first, last, d_dst, static_cast<Index*>(nullptr));
 }
 
 // d_weight[e] for every edge of the CSC segments [first, last): the gradient
@@ -162,9 +341,11 @@ void FusedGatherGradWeight(const Segments<Index>& csc, const Operands<T>& in,
       T* __restrict dw = d_weight + static_cast<int64_t>(e) * ww;
       std::memset(dw, 0, sizeof(T) * ww);
       const int64_t block = width / ww;
+      const T* grad = g.Row(static_cast<Index>(v));
+      const Index* win = g.ArgRow(static_cast<Index>(v));
       for (int64_t f = 0; f < width; ++f) {
-        if (g.Reaches(static_cast<Index>(v), e, f)) {
-          const T x = Program::WeightGrad(g.At(static_cast<Index>(v), f), src, t, f, width);
+        if (!kArg || win[f] == e) {
+          const T x = Program::WeightGrad(grad[f], src, t, f, width);
           if constexpr (K == WeightKind::kVector) {
             dw[f] = x;
           } else {

@@ -1,0 +1,111 @@
+"""Loaders for the small benchmark graphs shipped with the project.
+
+`load_planetoid_npz` reads the plain-npz form of a Planetoid dataset (Cora,
+Citeseer, PubMed): the graph with its edges as published (not symmetrised,
+duplicates and self loops kept), sparse features, labels and the standard
+split. The keys:
+
+  num_vertices                 int scalar
+  edge_src, edge_dst           int [E]: directed edges edge_src[i] -> edge_dst[i]
+  feat_indptr, feat_indices,   the CSR arrays of the [num_vertices, F] features
+  feat_data, feat_shape
+  labels                       int [num_vertices]: class ids, -1 for unlabelled
+  train_index, val_index,      int vertex ids of the split
+  test_index
+"""
+
+from __future__ import annotations
+
+import os
+from typing import NamedTuple
+
+import numpy as np
+import scipy.sparse as sp
+
+from ngra_tf.graph.graph import Graph
+
+# The repository root: the directory that holds the ngra_tf package.
+_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+DATA_DIR = os.path.join(_ROOT, "data")
+
+_KEYS = ("num_vertices", "edge_src", "edge_dst", "feat_indptr", "feat_indices", "feat_data", "feat_shape",
+         "labels", "train_index", "val_index", "test_index")
+_SPLITS = ("train_index", "val_index", "test_index")
+
+
+class Dataset(NamedTuple):
+    graph: Graph  # directed edges as published
+    features: sp.csr_matrix  # [num_vertices, num_features] float32
+    labels: np.ndarray  # [num_vertices] int64; -1 marks an unlabelled vertex
+    train_index: np.ndarray  # int64 vertex ids
+    val_index: np.ndarray
+    test_index: np.ndarray
+    num_classes: int
+
+
+def _vector(arrays, key, length=None):
+    value = np.asarray(arrays[key])
+    if value.ndim != 1:
+        raise ValueError(f"{key} must be 1-D, got shape {value.shape}")
+    if length is not None and value.shape[0] != length:
+        raise ValueError(f"{key} must have length {length}, got {value.shape[0]}")
+    return value
+
+
+def _integers(key, value):
+    if value.size and not np.issubdtype(value.dtype, np.integer):
+        raise ValueError(f"{key} must hold integers, got dtype {value.dtype}")
+    return value.astype(np.int64)
+
+
+def load_planetoid_npz(path) -> Dataset:
+    """Loads a Planetoid dataset stored as a .npz of plain arrays (no pickle)."""
+    with np.load(path, allow_pickle=False) as npz:
+        missing = [key for key in _KEYS if key not in npz.files]
+        if missing:
+            raise ValueError(f"{path} lacks the key(s) {', '.join(missing)}")
+        arrays = {key: npz[key] for key in _KEYS}
+
+    num_vertices = arrays["num_vertices"]
+    if num_vertices.shape != () or not np.issubdtype(num_vertices.dtype, np.integer) or num_vertices < 0:
+        raise ValueError(f"num_vertices must be a non-negative integer scalar, got {num_vertices!r}")
+    n = int(num_vertices)
+
+    src = _integers("edge_src", _vector(arrays, "edge_src"))
+    dst = _integers("edge_dst", _vector(arrays, "edge_dst", len(src)))
+    try:
+        graph = Graph.from_edges(src, dst, n)
+    except ValueError as error:
+        raise ValueError(f"bad edges (edge_src, edge_dst): {error}") from None
+
+    shape = _integers("feat_shape", _vector(arrays, "feat_shape", 2))
+    if shape[0] != n:
+        raise ValueError(f"feat_shape {tuple(shape)} must have num_vertices={n} rows")
+    indptr = _integers("feat_indptr", _vector(arrays, "feat_indptr", n + 1))
+    indices = _integers("feat_indices", _vector(arrays, "feat_indices"))
+    data = _vector(arrays, "feat_data", len(indices))
+    if indptr[0] != 0 or indptr[-1] != len(indices) or np.any(np.diff(indptr) < 0):
+        raise ValueError(f"feat_indptr must rise from 0 to len(feat_indices)={len(indices)}")
+    if indices.size and (indices.min() < 0 or indices.max() >= shape[1]):
+        raise ValueError(f"feat_indices must lie in [0, {shape[1]})")
+    features = sp.csr_matrix((data.astype(np.float32), indices, indptr), shape=tuple(int(s) for s in shape))
+
+    labels = _integers("labels", _vector(arrays, "labels", n))
+    if labels.size and labels.min() < -1:
+        raise ValueError(f"labels must be class ids >= 0, or -1 for unlabelled; got {labels.min()}")
+    num_classes = int(labels.max()) + 1 if labels.size else 0
+
+    splits = {}
+    for key in _SPLITS:
+        index = _integers(key, _vector(arrays, key))
+        if index.size and (index.min() < 0 or index.max() >= n):
+            raise ValueError(f"{key} holds vertex ids outside [0, {n})")
+        if np.any(labels[index] < 0):
+            raise ValueError(f"{key} holds unlabelled vertices")
+        splits[key] = index
+    return Dataset(graph, features, labels, num_classes=num_classes, **splits)
+
+
+def cora(path=None) -> Dataset:
+    """Cora with the standard Planetoid split; by default the project's copy, data/cora.npz."""
+    return load_planetoid_npz(os.path.join(DATA_DIR, "cora.npz") if path is None else path)

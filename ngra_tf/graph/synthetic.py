@@ -1,0 +1,56 @@
+"""Deterministic synthetic graphs: uniform random and power-law (Chung-Lu style)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ngra_tf.graph.graph import Graph
+
+
+def _check_sizes(num_vertices, num_edges):
+    if num_vertices < 0 or num_edges < 0:
+        raise ValueError(f"num_vertices and num_edges must be >= 0, got {num_vertices} and {num_edges}")
+    if num_edges and not num_vertices:
+        raise ValueError("a graph with edges needs vertices")
+
+
+def uniform_graph(num_vertices: int, num_edges: int, seed: int = 0, unique: bool = True) -> Graph:
+    """Edges drawn uniformly at random (without repeats when `unique`)."""
+    _check_sizes(num_vertices, num_edges)
+    rng = np.random.default_rng(seed)
+    cells = num_vertices * num_vertices
+    if unique:
+        if num_edges > cells:
+            raise ValueError(f"cannot draw {num_edges} distinct edges among {num_vertices} vertices")
+        found = np.unique(rng.integers(0, cells, num_edges, dtype=np.int64))
+        while found.size < num_edges:  # top up after collisions
+            extra = rng.integers(0, cells, num_edges - found.size, dtype=np.int64)
+            found = np.unique(np.concatenate([found, extra]))
+        ids = rng.permutation(found)[:num_edges]
+    else:
+        ids = rng.integers(0, cells, num_edges, dtype=np.int64)
+    src, dst = np.divmod(ids, max(num_vertices, 1))
+    return Graph.from_edges(src, dst, num_vertices)
+
+
+def power_law_graph(num_vertices: int, num_edges: int, exponent: float = 2.2, seed: int = 0) -> Graph:
+    """A graph whose in- and out-degrees follow a power law with the given exponent.
+
+    Both endpoints of each edge are drawn with probability proportional to
+    rank^(-1/(exponent-1)) (Chung-Lu), then vertex ids are shuffled so that
+    degree does not follow id. Multi-edges can occur, as in real graphs.
+    """
+    _check_sizes(num_vertices, num_edges)
+    if exponent <= 1:
+        raise ValueError(f"exponent must be > 1, got {exponent}")
+    rng = np.random.default_rng(seed)
+    weights = np.arange(1, num_vertices + 1, dtype=np.float64) ** (-1.0 / (exponent - 1.0))
+    cumulative = np.cumsum(weights)
+    cumulative /= cumulative[-1] if num_vertices else 1.0
+    relabel = rng.permutation(num_vertices)
+
+    def draw():
+        return relabel[np.minimum(np.searchsorted(cumulative, rng.random(num_edges)), num_vertices - 1)]
+
+    src, dst = draw(), draw()
+    return Graph.from_edges(src, dst, num_vertices)
