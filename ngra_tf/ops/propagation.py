@@ -139,7 +139,8 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
       gate_sigmoid  sigmoid(a[u] + x_dst[v]) * c[u] with x_src = [V, 2, F...] holding
                     a = x_src[:, 0] and c = x_src[:, 1] (and gate_tanh, gate_relu)
       type_select   x_src[u, type[e]] with x_src = [V, T, F...] and int edge types
-    Edge data defaults to the graph's own. Returns [num_dst, F...].
+    Edge data defaults to the graph's own; float weights are cast to x_src's dtype.
+    Returns [num_dst, F...] in x_src's dtype.
     """
     _check_choice("program", program, tuple(PROGRAMS))
     _check_choice("reduce", reduce, REDUCES)
@@ -165,6 +166,8 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
         if x_dst is None:
             raise ValueError(f"program {program} reads x_dst; pass one row per destination vertex")
         x_dst = _float_tensor("x_dst", x_dst)
+        if x_dst.dtype != dtype:
+            raise ValueError(f"x_dst must have the dtype of x_src ({dtype.name}), got {x_dst.dtype.name}")
         _check_rows("x_dst", x_dst, adjacency.num_dst, "destination vertex")
         if x_dst.shape[1:] != feature_shape:
             raise ValueError(f"x_dst must have features shaped {feature_shape} like x_src, got shape {x_dst.shape}")
@@ -222,9 +225,17 @@ def _edge_types(edge_data, num_edges, num_types):
     if types.shape.rank != 1:
         raise ValueError(f"edge_data of type_select must be shaped [E], got {types.shape}")
     _check_rows("edge_data", types, num_edges, "edge")
-    if isinstance(edge_data, np.ndarray) and edge_data.size:
-        low, high = int(edge_data.min()), int(edge_data.max())
-        if low < 0 or high >= num_types:
-            raise ValueError(f"edge_data holds type {low if low < 0 else high}, out of range for the "
-                             f"{num_types} type slots of x_src")
-    return tf.cast(types, tf.int32)
+    if types.dtype == tf.int32:
+        return types  # the kernel checks the range
+    # Narrowing to int32 could wrap an out-of-range type into a valid one: check first.
+    if hasattr(types, "numpy"):
+        values = types.numpy()
+        bad = values[(values < 0) | (values >= num_types)]
+        if bad.size:
+            raise ValueError(f"edge_data holds type {int(bad[0])}, out of range for the {num_types} "
+                             "type slots of x_src")
+        return tf.cast(types, tf.int32)
+    in_range = tf.logical_and(tf.reduce_all(types >= 0), tf.reduce_all(types < num_types))
+    check = tf.debugging.Assert(in_range, ["edge_data holds a type out of range for the type slots of x_src"])
+    with tf.control_dependencies([check]):
+        return tf.cast(types, tf.int32)

@@ -27,7 +27,8 @@ class FusedGatherGradOp : public OpKernel {
     const Tensor& grad = ctx->input(0);
     const Tensor& argedge = ctx->input(1);
     const int64_t width = args.in.width;
-    const TensorShape out_shape({args.num_dst, width});
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, width}, &out_shape));
     OP_REQUIRES(ctx, grad.shape() == out_shape,
                 InvalidArgument("grad must be shaped ", out_shape.DebugString(), ", got ", ShapeOf(grad)));
     const bool extreme = IsExtremeReduce(reduce_);

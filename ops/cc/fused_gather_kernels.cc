@@ -23,7 +23,8 @@ class FusedGatherOp : public OpKernel {
   void Compute(OpKernelContext* ctx) override {
     FusedArgs<T, Index> args;
     OP_REQUIRES_OK(ctx, ParseFusedArgs(ctx, 0, program_, /*check_csr=*/false, &args));
-    const TensorShape out_shape({args.num_dst, args.in.width});
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, args.in.width}, &out_shape));
     Tensor* out = nullptr;
     Tensor* arg = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));

@@ -70,7 +70,7 @@ class GatherOp : public OpKernel {
     const int64_t segments = indptr.NumElements() - 1;
 
     TensorShape out_shape = values.shape();
-    out_shape.set_dim(0, segments);
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, segments));
     Tensor* out = nullptr;
     Tensor* arg = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
@@ -113,7 +113,7 @@ class ScatterOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckGrouping<Index>(ctx, indptr, edge_ids, r.rows, num_edges, true));
 
     TensorShape out_shape = x.shape();
-    out_shape.set_dim(0, num_edges);
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, num_edges));
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
     const Segments<Index> seg = MakeSegments<Index>(indptr, nullptr, &edge_ids);
@@ -144,24 +144,25 @@ class GatherGradArgOp : public OpKernel {
     OP_REQUIRES_OK(ctx, CheckIndptr<Index>(indptr, "indptr", r.rows, &num_edges));
     OP_REQUIRES_OK(ctx, CheckGrouping<Index>(ctx, indptr, edge_ids, r.rows, num_edges, true));
     OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, arg, "argedge", arg.NumElements(), num_edges, -1, false));
+    TensorShape out_shape = grad.shape();
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, num_edges));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
     // Each winner must be an edge of its own segment, or two segments could
     // write the same element.
     const Segments<Index> seg = MakeSegments<Index>(indptr, nullptr, &edge_ids);
     const Index* a = arg.flat<Index>().data();
-    std::vector<int64_t> owner(num_edges, -1);
-    for (int64_t s = 0; s < r.rows; ++s) {
+    std::vector<int64_t> owner(seg.edge_ids ? num_edges : 0, -1);  // bounded by edge_ids' size
+    for (int64_t s = 0; seg.edge_ids && s < r.rows; ++s) {
       for (Index k = seg.Begin(s); k < seg.End(s); ++k) owner[seg.Edge(k)] = s;
     }
     for (int64_t i = 0; i < arg.NumElements(); ++i) {
-      OP_REQUIRES(ctx, a[i] < 0 || owner[a[i]] == i / r.width,
-                  InvalidArgument("argedge[", i, "] = ", static_cast<int64_t>(a[i]),
-                                  " is not an edge of segment ", i / r.width));
+      const int64_t s = i / r.width;
+      const bool own = a[i] < 0 || (seg.edge_ids ? owner[a[i]] == s : seg.Begin(s) <= a[i] && a[i] < seg.End(s));
+      OP_REQUIRES(ctx, own, InvalidArgument("argedge[", i, "] = ", static_cast<int64_t>(a[i]),
+                                            " is not an edge of segment ", s));
     }
 
-    TensorShape out_shape = grad.shape();
-    out_shape.set_dim(0, num_edges);
-    Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
     const T* g = grad.flat<T>().data();
     T* o = out->flat<T>().data();
     RunSegments(ctx, seg, r.width,
