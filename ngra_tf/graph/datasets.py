@@ -109,3 +109,40 @@ def load_planetoid_npz(path) -> Dataset:
 def cora(path=None) -> Dataset:
     """Cora with the standard Planetoid split; by default the project's copy, data/cora.npz."""
     return load_planetoid_npz(os.path.join(DATA_DIR, "cora.npz") if path is None else path)
+
+
+# NGra Table 1: vertices, edges, feature width, classes.
+PRESETS = {
+    "pubmed": (19_700, 108_400, 500, 3),
+    "protein": (43_500, 205_600, 29, 3),
+    "blog": (10_300, 668_000, 128, 39),
+    "reddit-small": (46_600, 1_400_000, 602, 41),
+    "reddit-middle": (233_000, 23_200_000, 602, 41),
+    "reddit-full": (2_200_000, 571_000_000, 300, 50),
+    "enwiki": (3_200_000, 222_100_000, 300, 12),
+}
+
+
+def synthetic(preset: str, seed: int = 0, scale: float = 1.0) -> Dataset:
+    """A power-law graph at the shape of an NGra Table 1 dataset, with random
+    features (standard normal) and labels, and a 10% / 10% / 20% split.
+
+    `scale` multiplies the vertex and edge counts (e.g. 0.01 for a quick run).
+    The counts, width and class count come from the table; nothing else does.
+    """
+    from ngra_tf.graph.synthetic import power_law_graph  # noqa: PLC0415  synthetic imports Graph.
+
+    if preset not in PRESETS:
+        raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
+    if not scale > 0:
+        raise ValueError(f"scale must be positive, got {scale!r}")
+    vertices, edges, width, classes = PRESETS[preset]
+    vertices, edges = max(1, round(vertices * scale)), round(edges * scale)
+    rng = np.random.default_rng(seed)
+    graph = power_law_graph(vertices, edges, seed=seed)
+    features = sp.csr_matrix(rng.standard_normal((vertices, width), dtype=np.float32))
+    labels = rng.integers(0, classes, vertices)
+    order = rng.permutation(vertices)
+    train, val = order[: vertices // 10], order[vertices // 10: vertices // 5]
+    test = order[vertices // 5: vertices // 5 + vertices // 5]
+    return Dataset(graph, features, labels, np.sort(train), np.sort(val), np.sort(test), classes)

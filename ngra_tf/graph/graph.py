@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
+import tensorflow as tf
 
 from ngra_tf.graph.adjacency import Adjacency
 
@@ -109,6 +110,10 @@ class Graph:
     def dst(self) -> np.ndarray:
         return self.adjacency.dst
 
+    def edge_data_tensor(self):
+        """edge_data as a TF tensor, made once (eagerly), or None."""
+        return _cached_tensor(self, "_edge_data_tensor", self.edge_data)
+
     def in_degree(self) -> np.ndarray:
         return self.adjacency.in_degree()
 
@@ -185,6 +190,18 @@ class Graph:
     def __repr__(self):
         data = "" if self.edge_data is None else f", edge_data={self.edge_data.dtype}{list(self.edge_data.shape)}"
         return f"Graph(num_vertices={self.num_vertices}, num_edges={self.num_edges}{data})"
+
+
+def _cached_tensor(owner, attribute: str, array):
+    """array as a tensor made outside any tf.function, cached on owner."""
+    if array is None:
+        return None
+    tensor = owner.__dict__.get(attribute)
+    if tensor is None:
+        with tf.init_scope(), tf.device("/cpu:0"):
+            tensor = tf.constant(array)
+        object.__setattr__(owner, attribute, tensor)
+    return tensor
 
 
 def _edge_data(edge_data, num_edges: int, order: np.ndarray | None) -> np.ndarray | None:

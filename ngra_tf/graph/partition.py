@@ -14,7 +14,7 @@ import dataclasses
 import numpy as np
 
 from ngra_tf.graph.adjacency import Adjacency
-from ngra_tf.graph.graph import Graph
+from ngra_tf.graph.graph import Graph, _cached_tensor
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -30,6 +30,10 @@ class Chunk:
     @property
     def num_edges(self) -> int:
         return self.adjacency.num_edges
+
+    def edge_data_tensor(self):
+        """edge_data as a TF tensor, made once (eagerly), or None."""
+        return _cached_tensor(self, "_edge_data_tensor", self.edge_data)
 
     def __repr__(self):
         return f"Chunk({self.src_part}, {self.dst_part}, num_edges={self.num_edges})"

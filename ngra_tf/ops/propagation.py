@@ -82,28 +82,34 @@ def scatter(graph, x_src, x_dst=None):
     Returns x_src[src[e]] for every edge e, shaped [num_edges, ...]; with
     x_dst, returns the pair (x_src[src[e]], x_dst[dst[e]]).
     """
-    adjacency, _ = _resolve(graph)
-    t = adjacency.tensors()
-    lib = library()
-
-    def one(name, x, rows, what, indptr, edge_ids, ids):
-        x = _float_tensor(name, x)
-        _check_rows(name, x, rows, what)
-        dtype = x.dtype
-        x = tf.cast(x, _compute_dtype(dtype))
-        if lib is None:
-            out = reference.scatter(x, ids)
-        else:
-            out = lib.ngra_scatter(x, indptr, edge_ids)
-            out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
-        return tf.cast(out, dtype)
-
-    src_rows = one("x_src", x_src, adjacency.num_src, "source vertex", t.csr_indptr, t.csr_edge, t.csc_src)
+    src_rows = scatter_side(graph, x_src, "src")
     if x_dst is None:
         return src_rows
-    dst_rows = one("x_dst", x_dst, adjacency.num_dst, "destination vertex", t.csc_indptr,
-                   _empty(adjacency.index_dtype), adjacency.dst)
-    return src_rows, dst_rows
+    return src_rows, scatter_side(graph, x_dst, "dst")
+
+
+def scatter_side(graph, x, side):
+    """x[src[e]] (side="src") or x[dst[e]] (side="dst") for every edge e."""
+    _check_choice("side", side, ("src", "dst"))
+    adjacency, _ = _resolve(graph)
+    name = "x_src" if side == "src" else "x_dst"
+    rows, what = ((adjacency.num_src, "source vertex") if side == "src"
+                  else (adjacency.num_dst, "destination vertex"))
+    x = _float_tensor(name, x)
+    _check_rows(name, x, rows, what)
+    dtype = x.dtype
+    x = tf.cast(x, _compute_dtype(dtype))
+    lib = library()
+    if lib is None:
+        out = reference.scatter(x, adjacency.src if side == "src" else adjacency.dst)
+    else:
+        t = adjacency.tensors()
+        if side == "src":  # grouped by source: the CSR view
+            out = lib.ngra_scatter(x, t.csr_indptr, t.csr_edge)
+        else:  # grouped by destination: CSC, where edge ids are positions
+            out = lib.ngra_scatter(x, t.csc_indptr, _empty(adjacency.index_dtype))
+        out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
+    return tf.cast(out, dtype)
 
 
 def gather(graph, edge_values, reduce="sum"):

@@ -1,0 +1,171 @@
+"""SAGA-NN as a Keras layer: users write apply_edge and apply_vertex; the
+system does Scatter and Gather (NGra §2).
+
+    class MyConv(ngra_tf.SAGALayer):
+        accumulator = "sum"
+        def build(self, input_shape):
+            self.w = self.add_weight(shape=(input_shape[-1], 16))
+        def apply_edge(self, edge):                 # one message per edge
+            return edge.src * edge.data[:, None]
+        def apply_vertex(self, vertex, accum):      # the new vertex state
+            return tf.nn.relu(accum @ self.w)
+
+A layer is called on vertex features with the graph it runs over:
+`layer(x, graph=graph)`; ngra_tf.GraphModel does that for a whole model.
+"""
+
+from __future__ import annotations
+
+import keras
+import tensorflow as tf
+
+from ngra_tf.ops import propagation
+from ngra_tf.ops.softmax import edge_softmax
+
+# Accumulators: how Gather combines a vertex's messages. "a|b" applies each
+# and concatenates the results along the last axis (our reading of NGra's
+# "concatenation" accumulator).
+ACCUMULATORS = propagation.REDUCES
+
+
+def parse_accumulator(accumulator: str) -> tuple[str, ...]:
+    """'sum|max' -> ('sum', 'max'), validated."""
+    if not isinstance(accumulator, str) or not accumulator:
+        raise ValueError(f"accumulator must be a string such as 'sum' or 'sum|max', got {accumulator!r}")
+    parts = tuple(part.strip() for part in accumulator.split("|"))
+    for part in parts:
+        if part not in ACCUMULATORS:
+            raise ValueError(f"accumulator {accumulator!r} has unknown part {part!r}; "
+                             f"choose from {', '.join(ACCUMULATORS)}, joined with '|'")
+    return parts
+
+
+class EdgeView:
+    """What apply_edge sees: one row per edge of the graph, in stored order.
+
+    `src` and `dst` are the features of each edge's endpoints (scattered on
+    first use), `data` is the graph's edge data (float data cast to the
+    vertices' dtype), and `softmax(scores)`
+    normalises per-edge scores over each destination's in-edges.
+    """
+
+    def __init__(self, graph, vertex):
+        self.graph = graph
+        self._vertex = vertex
+        self._src = self._dst = None
+
+    @property
+    def src(self):
+        if self._src is None:
+            with tf.name_scope("Scatter"):
+                self._src = propagation.scatter(self.graph, self._vertex)
+        return self._src
+
+    @property
+    def dst(self):
+        if self._dst is None:
+            with tf.name_scope("Scatter"):
+                self._dst = propagation.scatter_side(self.graph, self._vertex, "dst")
+        return self._dst
+
+    @property
+    def data(self):
+        if getattr(self.graph, "edge_data", None) is None:
+            raise ValueError("apply_edge reads edge.data, but the graph has no edge data; "
+                             "build it with Graph.from_edges(..., edge_data=...) or graph.with_edge_data(...)")
+        data = self.graph.edge_data_tensor()
+        # Float data (weights) comes in the vertices' dtype, so that
+        # edge.src * edge.data works whatever precision the graph was built
+        # with (numpy defaults to float64); integer data (types) is kept.
+        if data.dtype.is_floating and data.dtype != self._vertex.dtype:
+            data = tf.cast(data, self._vertex.dtype)
+        return data
+
+    @property
+    def num_edges(self):
+        return self.graph.num_edges
+
+    def softmax(self, scores):
+        """softmax of per-edge scores over each destination's in-edges."""
+        return edge_softmax(self.graph, scores)
+
+
+class SAGALayer(keras.layers.Layer):
+    """A graph layer in SAGA-NN form: Scatter -> ApplyEdge -> Gather -> ApplyVertex.
+
+    Subclasses override apply_edge and/or apply_vertex and set `accumulator`
+    (a class attribute or the constructor argument). Parameters are ordinary
+    Keras weights made in build().
+    """
+
+    accumulator = "sum"
+
+    def __init__(self, accumulator: str | None = None, **kwargs):
+        super().__init__(**kwargs)
+        # The propagation ops are custom kernels with no XLA lowering: tell
+        # Keras, so that jit_compile="auto" (XLA on GPU machines) stays off
+        # and jit_compile=True falls back with a warning instead of failing.
+        self.supports_jit = False
+        if accumulator is not None:
+            self.accumulator = accumulator
+        self._reduces = parse_accumulator(self.accumulator)
+        self._edge_signature = None  # (trailing shape, dtype) of the last graph's edge data
+
+    # ---- the user's two stages ----
+
+    def apply_edge(self, edge: EdgeView):
+        """The message of every edge, shaped [num_edges, ...]. Default: edge.src."""
+        return edge.src
+
+    def apply_vertex(self, vertex, accum):
+        """The new state of every vertex from its input row and its accumulated messages."""
+        return accum
+
+    # ---- the system's part ----
+
+    def build(self, input_shape):
+        # Subclasses make their weights here; sublayers build on first call.
+        super().build(input_shape)
+
+    def call(self, inputs, graph=None):
+        if graph is None:
+            raise ValueError(f"{type(self).__name__} must be called with the graph it runs over: "
+                             "layer(x, graph=graph), or inside an ngra_tf.GraphModel")
+        rows = inputs.shape[0]
+        if rows is not None and rows != graph.num_vertices:
+            raise ValueError(f"{self.name}: the input has {rows} rows but the graph has "
+                             f"{graph.num_vertices} vertices")
+        data = getattr(graph, "edge_data", None)
+        if data is not None:
+            self._edge_signature = (data.shape[1:], data.dtype)
+        edge = EdgeView(graph, inputs)
+        with tf.name_scope("ApplyEdge"):
+            messages = self.apply_edge(edge)
+        with tf.name_scope("Gather"):
+            gathered = [propagation.gather(graph, messages, reduce=r) for r in self._reduces]
+            accum = gathered[0] if len(gathered) == 1 else tf.concat(gathered, axis=-1)
+        with tf.name_scope("ApplyVertex"):
+            return self.apply_vertex(inputs, accum)
+
+    def compute_output_shape(self, input_shape):
+        """Found by running the layer on a two-vertex probe graph.
+
+        apply_edge and apply_vertex are arbitrary code, so the shape is
+        measured rather than derived. The probe's edge data copies the shape
+        and dtype of the last graph the layer ran on (zeros: valid as a weight
+        and as an edge type).
+        """
+        import numpy as np  # noqa: PLC0415  Only the probe needs numpy.
+
+        from ngra_tf.graph.graph import Graph  # noqa: PLC0415  graph imports layers' users.
+
+        shape, dtype = self._edge_signature or ((), np.float32)
+        probe = Graph.from_edges([0, 1, 0], [1, 0, 0], 2, edge_data=np.zeros((3,) + tuple(shape), dtype))
+        with tf.init_scope():
+            out = self(tf.zeros((2,) + tuple(input_shape[1:]), self.compute_dtype), graph=probe)
+        return (input_shape[0],) + tuple(out.shape[1:])
+
+    def get_config(self):
+        config = super().get_config()
+        config["accumulator"] = self.accumulator
+        return config

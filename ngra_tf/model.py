@@ -1,0 +1,178 @@
+"""GraphModel: a Keras model over one fixed graph, trained full-graph.
+
+    model = ngra_tf.GraphModel(graph, [GCN(16, activation="relu"), keras.layers.Dropout(0.5), GCN(7)])
+    model.compile(optimizer="adam", loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
+    model.fit(features, labels, sample_weight=train_mask, epochs=200,
+              validation_data=(features, labels, val_mask))
+
+Row i of features, labels and masks is vertex i. Every fit/evaluate/predict
+step sees the whole graph as one batch (batch_size is the vertex count and
+nothing is shuffled), because a graph layer needs all of a vertex's
+neighbours. The mask is the sample weight: vertices outside it do not count.
+SAGA layers get the graph; other Keras layers (Dropout, Dense, ...) act per
+vertex. The graph is saved with the model (as a Keras asset), so
+`keras.models.load_model` gives back a working model.
+"""
+
+from __future__ import annotations
+
+import os
+
+import keras
+import numpy as np
+import tensorflow as tf
+
+from ngra_tf.graph.graph import Graph
+from ngra_tf.layers.saga import SAGALayer
+
+_GRAPH_ASSET = "graph.npz"
+
+
+def masked_loss(from_logits: bool = True):
+    """Sparse categorical cross-entropy averaged over the masked vertices only.
+
+    ("sum_over_batch_size" would divide by every vertex of the graph, shrinking
+    the loss by the mask's density and skewing it against regularisers.)
+    """
+    return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits,
+                                                      reduction="mean_with_sample_weight")
+
+
+@keras.saving.register_keras_serializable(package="ngra_tf")
+class GraphModel(keras.Model):
+    """A stack of layers over `graph`; SAGA layers propagate, others act per vertex."""
+
+    def __init__(self, graph: Graph | None, layers, **kwargs):
+        super().__init__(**kwargs)
+        if graph is not None and not isinstance(graph, Graph):
+            raise TypeError(f"graph must be an ngra_tf.Graph, got {type(graph).__name__}")
+        self.graph = graph
+        self.graph_layers = list(layers)
+        if not self.graph_layers:
+            raise ValueError("a GraphModel needs at least one layer")
+        self._pending_input_shape = None
+
+    def call(self, features, training=None):
+        if self.graph is None:
+            raise ValueError("this GraphModel has no graph; pass one to the constructor")
+        x = features
+        for layer in self.graph_layers:
+            if isinstance(layer, SAGALayer):
+                x = layer(x, graph=self.graph, training=training)
+            else:
+                x = layer(x, training=training)
+        return x
+
+    # ---- full-graph training ----
+
+    def _check(self, x, y=None, sample_weight=None, what="fit"):
+        n = self.graph.num_vertices
+        rows = getattr(x, "shape", None)
+        if rows is None or len(rows) == 0 or rows[0] != n:
+            raise ValueError(f"{what}: features must have one row per vertex ({n}), got shape {rows}")
+        for name, value in (("labels", y), ("sample_weight (the vertex mask)", sample_weight)):
+            if value is not None and np.shape(value)[0] != n:
+                raise ValueError(f"{what}: {name} must have one entry per vertex ({n}), "
+                                 f"got shape {np.shape(value)}")
+        if y is not None and self.built:
+            classes = self.compute_output_shape(tuple(x.shape))[-1]
+            labels = np.asarray(y)
+            if np.issubdtype(labels.dtype, np.integer) and labels.size and classes is not None:
+                low, high = int(labels.min()), int(labels.max())
+                if low < 0 or high >= classes:
+                    raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
+                                     f"{classes} outputs, got {low if low < 0 else high}")
+
+    def _whole_graph(self, kwargs):
+        if kwargs.pop("batch_size", None) not in (None, self.graph.num_vertices):
+            raise ValueError("a GraphModel trains on the whole graph: leave batch_size unset")
+        kwargs["batch_size"] = self.graph.num_vertices
+        return kwargs
+
+    def fit(self, x=None, y=None, sample_weight=None, validation_data=None, **kwargs):
+        self._build_for(x)
+        self._check(x, y, sample_weight, "fit")
+        if validation_data is not None:
+            self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
+        kwargs = self._whole_graph(kwargs)
+        kwargs["shuffle"] = False
+        if validation_data is not None:
+            kwargs["validation_batch_size"] = self.graph.num_vertices
+        return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
+
+    def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):
+        self._build_for(x)
+        self._check(x, y, sample_weight, "evaluate")
+        return super().evaluate(x, y, sample_weight=sample_weight, **self._whole_graph(kwargs))
+
+    def predict(self, x, **kwargs):
+        self._build_for(x)
+        self._check(x, what="predict")
+        return super().predict(x, **self._whole_graph(kwargs))
+
+    def _build_for(self, x):
+        if not self.built and getattr(x, "shape", None) is not None and len(x.shape) >= 1:
+            self.build(tuple(x.shape))
+
+    def build(self, input_shape):
+        # One forward pass on zeros builds every layer with its true shapes
+        # (self.call, not self(): __call__ would come back here to build).
+        self._input_shape = tuple(input_shape)
+        self.call(tf.zeros(self._input_shape, dtype=self.compute_dtype))
+        self.built = True
+
+    def compute_output_shape(self, input_shape):
+        shape = tuple(input_shape)
+        for layer in self.graph_layers:
+            shape = tuple(layer.compute_output_shape(shape))
+        return shape
+
+    # ---- saving: layers in the config, the graph as an asset ----
+
+    def get_config(self):
+        return {
+            "name": self.name,
+            "layers": [keras.saving.serialize_keras_object(layer) for layer in self.graph_layers],
+        }
+
+    @classmethod
+    def from_config(cls, config, custom_objects=None):
+        layers = [keras.saving.deserialize_keras_object(c, custom_objects=custom_objects)
+                  for c in config["layers"]]
+        return cls(None, layers, name=config.get("name"))
+
+    def get_build_config(self):
+        return {"input_shape": self._input_shape} if self.built else {}
+
+    def build_from_config(self, config):
+        # The graph arrives with the assets, after this; build then.
+        self._pending_input_shape = config.get("input_shape")
+
+    def compile_from_config(self, config):
+        if self._pending_input_shape is None:
+            return super().compile_from_config(config)
+        # Loading: Keras has marked the model built, but its layers get their
+        # weights only in load_assets, once the graph has arrived. Keras's own
+        # compile_from_config would build the optimizer now, with no slots,
+        # and the saved optimizer state would then be skipped; load_assets
+        # builds the optimizer after the layers instead.
+        self.compile(**keras.saving.deserialize_keras_object(config))
+
+    def save_assets(self, dir_path):
+        g = self.graph
+        arrays = {"src": g.src, "dst": g.dst, "num_vertices": np.int64(g.num_vertices)}
+        if g.edge_data is not None:
+            arrays["edge_data"] = g.edge_data
+        np.savez(os.path.join(dir_path, _GRAPH_ASSET), **arrays)
+
+    def load_assets(self, dir_path):
+        with np.load(os.path.join(dir_path, _GRAPH_ASSET)) as stored:
+            data = stored["edge_data"] if "edge_data" in stored else None
+            # Stored edges are already in CSC order, so the order is kept.
+            self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)
+        if self._pending_input_shape is not None:
+            self.build(tuple(self._pending_input_shape))
+            # Compiled before it was built, the optimizer has no slots yet to load into.
+            optimizer = getattr(self, "optimizer", None)
+            if optimizer is not None and not optimizer.built:
+                optimizer.build(self.trainable_variables)
