@@ -12,8 +12,10 @@ export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
 .PHONY: example test bench bazel test-bazel ops clean
 
+# The main job: check propagation on Cora against scipy, then train a GCN on it.
 example: $(OPS_LIB)
 	$(PY) examples/propagate.py
+	$(PY) examples/train.py --model=gcn --dataset=cora --verbose=0
 
 test: $(OPS_LIB)
 	$(PY) -m pytest tests

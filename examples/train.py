@@ -24,7 +24,8 @@ flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
 flags.DEFINE_string("dataset", "cora", "cora, a .npz in the Planetoid format, or a synthetic preset: "
                     + ", ".join(datasets.PRESETS) + ".")
 flags.DEFINE_integer("epochs", None, "Training epochs (default: the model's recipe).", lower_bound=1)
-flags.DEFINE_integer("hidden", 16, "Hidden units of the first graph layer.", lower_bound=1)
+flags.DEFINE_integer("hidden", None, "Hidden units of the first graph layer, per head for GAT "
+                     "(default: the model's recipe).", lower_bound=1)
 flags.DEFINE_float("lr", None, "Adam learning rate (default: the model's recipe).", lower_bound=0)
 flags.DEFINE_float("weight_decay", None, "L2 on the first layer's kernels (default: the recipe's).", lower_bound=0)
 flags.DEFINE_float("dropout", None, "Dropout rate (default: the recipe's).", lower_bound=0, upper_bound=1)
@@ -59,13 +60,14 @@ def train_once(dataset, seed):
     keras.utils.set_random_seed(seed)
     base = recipes.RECIPES[FLAGS.model]
     recipe = recipes.Recipe(
+        hidden=base.hidden if FLAGS.hidden is None else FLAGS.hidden,
         learning_rate=base.learning_rate if FLAGS.lr is None else FLAGS.lr,
         epochs=base.epochs if FLAGS.epochs is None else FLAGS.epochs,
         weight_decay=base.weight_decay if FLAGS.weight_decay is None else FLAGS.weight_decay,
         dropout=base.dropout if FLAGS.dropout is None else FLAGS.dropout,
         patience=base.patience if FLAGS.patience is None else (FLAGS.patience or None))
     graph = recipes.prepare_graph(FLAGS.model, dataset.graph)
-    model = recipes.build_model(FLAGS.model, graph, dataset.num_classes, FLAGS.hidden, recipe)
+    model = recipes.build_model(FLAGS.model, graph, dataset.num_classes, recipe=recipe)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features = dataset.features

@@ -22,6 +22,7 @@ FORWARD, REVERSE, SELF_LOOP = 0, 1, 2
 
 @dataclasses.dataclass(frozen=True)
 class Recipe:
+    hidden: int  # units of the hidden graph layer (per head for GAT)
     learning_rate: float
     epochs: int
     weight_decay: float  # L2 on the first graph layer's kernels
@@ -30,12 +31,12 @@ class Recipe:
 
 
 RECIPES = {
-    "gcn": Recipe(0.01, 200, 5e-4, 0.5, None),
-    "commnet": Recipe(0.01, 200, 5e-4, 0.5, None),
-    "mpgcn": Recipe(0.01, 200, 5e-4, 0.5, None),
-    "ggcn": Recipe(0.01, 200, 5e-4, 0.5, None),
-    "ggnn": Recipe(0.01, 200, 5e-4, 0.5, None),
-    "gat": Recipe(0.005, 1000, 5e-4, 0.6, 100),
+    "gcn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
+    "commnet": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
+    "mpgcn": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
+    "ggcn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
+    "ggnn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
+    "gat": Recipe(8, 0.005, 1000, 5e-4, 0.6, 100),
 }
 
 
@@ -59,11 +60,12 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
     return Graph(symmetric.adjacency, None, symmetric.edge_order)
 
 
-def build_model(model: str, graph: Graph, num_classes: int, hidden: int = 16,
+def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None = None,
                 recipe: Recipe | None = None) -> GraphModel:
-    """A two-graph-layer classifier producing logits."""
+    """A two-graph-layer classifier producing logits (hidden: the recipe's by default)."""
     _check_name(model)
     recipe = recipe or RECIPES[model]
+    hidden = hidden or recipe.hidden
     l2 = keras.regularizers.L2(recipe.weight_decay) if recipe.weight_decay else None
     drop = recipe.dropout
     if model == "gcn":
@@ -82,7 +84,7 @@ def build_model(model: str, graph: Graph, num_classes: int, hidden: int = 16,
                  layers.GGNN(hidden, num_edge_types=3), layers.GGNN(hidden, num_edge_types=3),
                  keras.layers.Dense(num_classes)]
     else:  # gat
-        stack = [layers.GAT(8, heads=8, activation="elu", attention_dropout=drop, kernel_regularizer=l2),
+        stack = [layers.GAT(hidden, heads=8, activation="elu", attention_dropout=drop, kernel_regularizer=l2),
                  layers.GAT(num_classes, heads=1, concat_heads=False, attention_dropout=drop,
                             kernel_regularizer=l2)]
     # Dropout before every graph layer (Kipf & Welling; Velickovic et al.).

@@ -26,7 +26,8 @@ class GGNN(SAGALayer):
             raise ValueError(f"units and num_edge_types must be positive, got {units} and {num_edge_types}")
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.gru = keras.layers.GRUCell(self.units, name="gru", dtype=self.dtype_policy)
+        # reset_after=False: the reset gate scales the state before its matmul, as in Li et al.
+        self.gru = keras.layers.GRUCell(self.units, reset_after=False, name="gru", dtype=self.dtype_policy)
 
     def build(self, input_shape):
         if input_shape[-1] != self.units:

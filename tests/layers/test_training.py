@@ -1,0 +1,100 @@
+"""Real training: one short GCN run on Cora (the full 200-epoch results are in
+the README), and examples/train.py for every model, on Cora in a subprocess
+and on a small synthetic preset in-process."""
+
+import re
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import layer_checks as lc
+import ngra_tf
+from ngra_tf import recipes
+from ngra_tf.graph import datasets
+
+TRAIN_PY = str(lc.ROOT / "examples" / "train.py")
+
+
+def test_gcn_on_cora_learns():
+    dataset = datasets.cora()
+    keras.utils.set_random_seed(0)
+    graph = recipes.prepare_graph("gcn", dataset.graph)
+    model = recipes.build_model("gcn", graph, dataset.num_classes, hidden=16)
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
+    x = np.asarray(dataset.features.todense(), np.float32)
+    x /= np.maximum(x.sum(axis=1, keepdims=True), 1e-12)
+    train, _, test = lc.node_masks(dataset)
+    history = model.fit(x, dataset.labels, sample_weight=train, epochs=50, verbose=0)
+    assert history.history["loss"][-1] < history.history["loss"][0]
+    result = model.evaluate(x, dataset.labels, sample_weight=test, verbose=0, return_dict=True)
+    assert result["accuracy"] > 0.70, result
+
+
+def run_example(*args, timeout=120):
+    return subprocess.run([sys.executable, TRAIN_PY, *args], capture_output=True, text=True, timeout=timeout,
+                          env=lc.subprocess_env(), cwd=lc.ROOT)
+
+
+@pytest.mark.parametrize("model", ["gat", "ggnn"])
+def test_example_on_cora(model):
+    done = run_example(f"--model={model}", "--dataset=cora", "--epochs=2", "--hidden=8")
+    assert done.returncode == 0, done.stderr[-3000:]
+    match = re.search(rf"{model} on cora, seed 0: test accuracy (\d\.\d+) after 2 epochs", done.stdout)
+    assert match, done.stdout
+    assert 0.0 <= float(match.group(1)) <= 1.0
+
+
+def test_example_helpfull_documents_the_flags():
+    done = run_example("--helpfull")
+    assert done.returncode == 1, done.stderr[-3000:]  # absl prints the help and exits with 1
+    text = done.stdout
+    assert "Trains a SAGA-NN model" in text
+    for flag in ("model", "dataset", "epochs", "hidden", "lr", "weight_decay", "dropout", "patience", "chunks",
+                 "seed", "runs", "profile_dir", "verbose"):
+        assert f"--{flag}:" in text, flag
+    assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat>" in text
+    for preset in datasets.PRESETS:
+        assert preset in text
+
+
+@pytest.fixture
+def example():
+    module = lc.example_train_module()
+    yield module
+    module.FLAGS.unparse_flags()
+
+
+@pytest.fixture(scope="module")
+def tiny_pubmed():
+    data = datasets.synthetic("pubmed", seed=0, scale=0.01)
+    assert data.graph.num_vertices == 197 and data.num_classes == 3
+    return data
+
+
+@pytest.mark.parametrize("model", list(recipes.RECIPES))
+def test_example_train_once_on_synthetic_preset(example, tiny_pubmed, model, capsys):
+    example.FLAGS(["train.py", f"--model={model}", "--dataset=pubmed", "--epochs=2", "--hidden=8"])
+    accuracy = example.train_once(tiny_pubmed, seed=0)
+    out = capsys.readouterr().out
+    assert re.search(rf"{model} on pubmed, seed 0: test accuracy \d\.\d{{4}} after [12] epochs", out), out
+    assert 0.0 <= accuracy <= 1.0
+
+
+def test_example_rejects_chunks(example):
+    from absl import app  # noqa: PLC0415
+
+    example.FLAGS(["train.py", "--chunks=2"])
+    with pytest.raises(app.UsageError, match="chunk compiler"):
+        example.main([])
+
+
+def test_example_flag_bounds(example):
+    from absl import flags  # noqa: PLC0415
+
+    with pytest.raises(flags.IllegalFlagValueError):
+        example.FLAGS(["train.py", "--epochs=0"])
+    with pytest.raises(flags.IllegalFlagValueError):
+        example.FLAGS(["train.py", "--model=transformer"])
