@@ -146,3 +146,42 @@ def synthetic(preset: str, seed: int = 0, scale: float = 1.0) -> Dataset:
     train, val = order[: vertices // 10], order[vertices // 10: vertices // 5]
     test = order[vertices // 5: vertices // 5 + vertices // 5]
     return Dataset(graph, features, labels, np.sort(train), np.sort(val), np.sort(test), classes)
+
+
+def load_edge_list(path, num_vertices: int | None = None) -> Graph:
+    """A graph from an edge list: a text file or an .npz.
+
+    Text: one edge per line, `src dst` or `src dst weight`, separated by
+    whitespace or commas; blank lines and lines starting with # are skipped.
+    The weights, if any, become the edge data.
+    npz: arrays `src` and `dst`, optionally `edge_data` and `num_vertices`.
+    num_vertices defaults to the file's, or 1 + the largest id.
+    """
+    path = os.fspath(path)
+    if path.endswith(".npz"):
+        with np.load(path, allow_pickle=False) as stored:
+            missing = [key for key in ("src", "dst") if key not in stored]
+            if missing:
+                raise ValueError(f"{path}: missing key(s) {', '.join(missing)}")
+            if num_vertices is None and "num_vertices" in stored:
+                num_vertices = int(stored["num_vertices"])
+            data = stored["edge_data"] if "edge_data" in stored else None
+            return Graph.from_edges(stored["src"], stored["dst"], num_vertices, edge_data=data)
+    rows = []
+    with open(path) as lines:
+        for number, line in enumerate(lines, 1):
+            line = line.strip()
+            if not line or line.startswith("#"):
+                continue
+            fields = line.replace(",", " ").split()
+            if len(fields) not in (2, 3) or (rows and len(fields) != len(rows[0])):
+                raise ValueError(f"{path}:{number}: expected 'src dst' or 'src dst weight' on every line, "
+                                 f"got {line!r}")
+            try:
+                rows.append([int(fields[0]), int(fields[1])] + [float(f) for f in fields[2:]])
+            except ValueError:
+                raise ValueError(f"{path}:{number}: vertex ids must be integers, got {line!r}") from None
+    table = np.array(rows, dtype=np.float64).reshape(-1, len(rows[0]) if rows else 2)
+    weights = table[:, 2].astype(np.float32) if table.shape[1] == 3 else None
+    return Graph.from_edges(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), num_vertices,
+                            edge_data=weights)
