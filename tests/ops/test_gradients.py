@@ -60,6 +60,20 @@ def test_src_mul_edge_weight_gradient_numerical(weight, reduce):
     assert_gradients_match_numerical(f, [x_src, w])
 
 
+def assert_kernel_gradients_match_reference(adjacency, program, reduce, args, kwargs, upstream):
+    """Tape gradients of the kernel and of the pure-TF reference agree for every float input."""
+
+    def kernel(*a):
+        return fused_gather(adjacency, program=program, reduce=reduce, **kwargs(*a))
+
+    def reference(*a):
+        k = kwargs(*a)
+        return reference_fused_gather(program, reduce, adjacency, k["x_src"], k.get("x_dst"), k.get("edge_data"))
+
+    for got, want in zip(tape_gradients(kernel, args, upstream), tape_gradients(reference, args, upstream)):
+        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+
+
 @pytest.mark.parametrize("kind,index_dtype", [("random", np.int32), ("random", np.int64), ("chunk", np.int32),
                                               ("rect", np.int64)])
 @pytest.mark.parametrize("reduce", REDUCES)
@@ -74,15 +88,7 @@ def test_fused_gather_gradient_matches_reference(program, reduce, kind, index_dt
     args, kwargs = float_args(program, *inputs)
     upstream = rng.normal(size=(adjacency.num_dst,) + features)
 
-    def kernel(*a):
-        return fused_gather(adjacency, program=program, reduce=reduce, **kwargs(*a))
-
-    def reference(*a):
-        k = kwargs(*a)
-        return reference_fused_gather(program, reduce, adjacency, k["x_src"], k.get("x_dst"), k.get("edge_data"))
-
-    for got, want in zip(tape_gradients(kernel, args, upstream), tape_gradients(reference, args, upstream)):
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert_kernel_gradients_match_reference(adjacency, program, reduce, args, kwargs, upstream)
 
 
 @pytest.mark.parametrize("kind", BLOCKED_KINDS)
@@ -98,15 +104,7 @@ def test_cache_blocked_gradients_match_reference(program, reduce, kind):
     args, kwargs = float_args(program, *inputs)
     upstream = rng.normal(size=(adjacency.num_dst,) + features)
 
-    def kernel(*a):
-        return fused_gather(adjacency, program=program, reduce=reduce, **kwargs(*a))
-
-    def reference(*a):
-        k = kwargs(*a)
-        return reference_fused_gather(program, reduce, adjacency, k["x_src"], k.get("x_dst"), k.get("edge_data"))
-
-    for got, want in zip(tape_gradients(kernel, args, upstream), tape_gradients(reference, args, upstream)):
-        np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    assert_kernel_gradients_match_reference(adjacency, program, reduce, args, kwargs, upstream)
 
 
 # ---- gather and scatter ----
