@@ -49,3 +49,22 @@ test-bazel: bazel
 
 clean:
 	rm -rf build $(OPS_LIB) bazel-* .pytest_cache
+
+# ---- CUDA compile check (needs nvcc, no GPU) ---------------------------------
+# Compiles every CUDA source with nvcc for CUDA_ARCHS (default sm_90): the
+# TF-free kernels (ops/cuda/*.cu.cc), the harness, which then runs its
+# emulated half, and the benchmark library. Then builds the op library with
+# its GPU kernels into build/cuda/lib (beside, not over, the CPU library) and
+# loads it into TensorFlow, so that a missing symbol fails here too. nvcc
+# objects are cached in build/cuda and shared with tests/ops/test_cuda_harness.py;
+# the ops/cc objects are shared with the CPU build (same build temp, same flags).
+CUDA_ARCHS ?= 90
+CUDA_LIB := build/cuda/lib/ngra_tf/ops/_ngra_ops.so
+
+.PHONY: cuda-check
+
+cuda-check: $(STAMP)
+	NGRA_TF_CUDA_ARCHS="$(CUDA_ARCHS)" $(PY) tools/build_cuda.py --harness --bench-lib
+	build/cuda/cuda_harness --mode=emulated
+	NGRA_TF_CUDA=1 NGRA_TF_CUDA_ARCHS="$(CUDA_ARCHS)" $(PY) setup.py -q build_ext --build-lib build/cuda/lib
+	$(PY) -c "import sys, tensorflow as tf; tf.load_op_library(sys.argv[1])" $(CUDA_LIB)

@@ -2,10 +2,16 @@
 
 The op library is compiled with g++ against the TensorFlow that is installed
 (via tf.sysconfig), for this machine's CPU unless NGRA_TF_PORTABLE=1.
+
+GPU kernels (ops/cuda) are added only when asked: NGRA_TF_CUDA=1 builds them
+and fails with the reason if it cannot; NGRA_TF_CUDA=auto builds them when
+nvcc and a CUDA build of TensorFlow are present. NGRA_TF_CUDA_ARCHS="80;90"
+picks the GPU architectures (see tools/build_cuda.py).
 """
 import concurrent.futures
 import glob
 import os
+import sys
 
 from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
@@ -17,6 +23,36 @@ def _tf_flags():
     import tensorflow as tf  # Imported late: only building needs it.
 
     return tf.sysconfig.get_compile_flags(), tf.sysconfig.get_link_flags()
+
+
+def _cuda_builder():
+    """tools/build_cuda.py if the GPU kernels are to be built, else None."""
+    request = os.environ.get("NGRA_TF_CUDA", "0").strip().lower()
+    if request in ("", "0"):
+        return None
+    if request not in ("1", "auto"):
+        raise SystemExit(f"NGRA_TF_CUDA must be 0, 1 or auto, got {request!r}")
+    import tensorflow as tf
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools"))
+    import build_cuda
+
+    problems = []
+    if build_cuda.find_nvcc() is None:
+        problems.append("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)")
+    # A CUDA build of TensorFlow (it has a GPU device to register kernels on)
+    # ships its CUDA headers here; the kernels themselves are compiled
+    # against nvcc's own headers.
+    if not tf.sysconfig.get_build_info().get("is_cuda_build"):
+        problems.append("this TensorFlow was built without CUDA")
+    if not os.path.isdir(os.path.join(tf.sysconfig.get_include(), "third_party", "gpus")):
+        problems.append("TensorFlow's CUDA headers (include/third_party/gpus) are missing")
+    if problems and request == "1":
+        raise SystemExit("NGRA_TF_CUDA=1, but the GPU kernels cannot be built: " + "; ".join(problems))
+    if problems:
+        print("ngra-tf: building without GPU kernels: " + "; ".join(problems))
+        return None
+    return build_cuda
 
 
 class BuildTfOps(build_ext):
@@ -34,6 +70,18 @@ class BuildTfOps(build_ext):
         ext.extra_link_args = link_flags
         ext.include_dirs = [os.path.abspath(".")]
         ext.language = "c++"
+        cuda = _cuda_builder()
+        if cuda is not None:
+            # nvcc compiles the TF-free kernels (*.cu.cc); the TF wrappers are
+            # plain C++ and link them, with CUDA's static runtime.
+            nvcc = cuda.find_nvcc()
+            # Objects are cached in build/cuda, shared with the harness builds.
+            ext.extra_objects = cuda.compile_objects(cuda.KERNEL_SOURCES, cuda.archs_from_env(),
+                                                     os.path.join(cuda.ROOT, "build", "cuda"), nvcc)
+            ext.sources = ext.sources + sorted(set(glob.glob("ops/cuda/*.cc")) - set(glob.glob("ops/cuda/*.cu.cc")))
+            ext.depends = ext.depends + ext.extra_objects + sorted(glob.glob("ops/cuda/*.h"))  # relink on change
+            ext.extra_link_args = [*ext.extra_link_args, "-L" + cuda.cuda_lib_dir(nvcc), "-l:libcudart_static.a",
+                                   "-ldl", "-lrt", "-lpthread"]
         # setuptools compiles an extension's sources one by one; the op library
         # has several heavy template files, so compile them side by side.
         original_compile = self.compiler.compile

@@ -4,11 +4,9 @@
 // the budgeted working set the runtime computes on: the copy is real (a new
 // buffer), so a plan's copies cost what they would on a GPU minus PCIe.
 #include <cstring>
-#include <map>
-#include <mutex>
 #include <string>
-#include <utility>
 
+#include "ops/cc/copy_counters.h"
 #include "ops/cc/op_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -19,33 +17,6 @@ using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::TensorShape;
 using ::tensorflow::tstring;
-
-namespace {
-
-// Bytes moved per (copy kind, device), process-wide.
-class CopyCounters {
- public:
-  static CopyCounters& Get() {
-    static CopyCounters* counters = new CopyCounters;
-    return *counters;
-  }
-  void Add(const std::string& kind, const std::string& device, int64_t bytes) {
-    std::lock_guard<std::mutex> lock(mu_);
-    bytes_[{kind, device}] += bytes;
-  }
-  std::map<std::pair<std::string, std::string>, int64_t> Snapshot(bool reset) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto copy = bytes_;
-    if (reset) bytes_.clear();
-    return copy;
-  }
-
- private:
-  std::mutex mu_;
-  std::map<std::pair<std::string, std::string>, int64_t> bytes_;
-};
-
-}  // namespace
 
 class CopyOp : public OpKernel {
  public:

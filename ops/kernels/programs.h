@@ -13,28 +13,30 @@
 #include <cmath>
 #include <cstdint>
 
+#include "ops/kernels/platform.h"
+
 namespace ngra {
 
 // ---- Edge weight accessors: how w(f) is read for one edge. ----
 template <typename T>
 struct NoWeight {
-  T operator()(int64_t) const { return T(1); }
+  NGRA_HOST_DEVICE T operator()(int64_t) const { return T(1); }
 };
 template <typename T>
 struct ScalarWeight {  // one weight per edge
   T value;
-  T operator()(int64_t) const { return value; }
+  NGRA_HOST_DEVICE T operator()(int64_t) const { return value; }
 };
 template <typename T>
 struct VectorWeight {  // one weight per edge and feature
   const T* row;
-  T operator()(int64_t f) const { return row[f]; }
+  NGRA_HOST_DEVICE T operator()(int64_t f) const { return row[f]; }
 };
 template <typename T>
 struct BlockWeight {  // one weight per edge and block of features (attention heads)
   const T* row;
   int64_t block;
-  T operator()(int64_t f) const { return row[f / block]; }
+  NGRA_HOST_DEVICE T operator()(int64_t f) const { return row[f / block]; }
 };
 
 // Flags shared by every program; each program overrides what it uses.
@@ -47,49 +49,49 @@ struct ProgramBase {
 
 struct CopySrc : ProgramBase {
   template <typename T, typename W>
-  static T Message(const T* s, const T*, const W&, int64_t f, int64_t) { return s[f]; }
+  NGRA_HOST_DEVICE static T Message(const T* s, const T*, const W&, int64_t f, int64_t) { return s[f]; }
   template <typename T, typename W>
-  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
+  NGRA_HOST_DEVICE static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
 };
 
 struct SrcMulEdge : ProgramBase {
   static constexpr bool kUsesWeight = true;
   template <typename T, typename W>
-  static T Message(const T* s, const T*, const W& w, int64_t f, int64_t) { return s[f] * w(f); }
+  NGRA_HOST_DEVICE static T Message(const T* s, const T*, const W& w, int64_t f, int64_t) { return s[f] * w(f); }
   template <typename T, typename W>
-  static T SrcGrad(int, T g, const T*, const T*, const W& w, int64_t f, int64_t) { return g * w(f); }
+  NGRA_HOST_DEVICE static T SrcGrad(int, T g, const T*, const T*, const W& w, int64_t f, int64_t) { return g * w(f); }
   template <typename T>
-  static T WeightGrad(T g, const T* s, const T*, int64_t f, int64_t) { return g * s[f]; }
+  NGRA_HOST_DEVICE static T WeightGrad(T g, const T* s, const T*, int64_t f, int64_t) { return g * s[f]; }
 };
 
 struct SrcAddDst : ProgramBase {
   static constexpr bool kUsesDst = true;
   template <typename T, typename W>
-  static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] + t[f]; }
+  NGRA_HOST_DEVICE static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] + t[f]; }
   template <typename T, typename W>
-  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
+  NGRA_HOST_DEVICE static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
   template <typename T, typename W>
-  static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
+  NGRA_HOST_DEVICE static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
 };
 
 struct SrcSubDst : ProgramBase {
   static constexpr bool kUsesDst = true;
   template <typename T, typename W>
-  static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] - t[f]; }
+  NGRA_HOST_DEVICE static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] - t[f]; }
   template <typename T, typename W>
-  static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
+  NGRA_HOST_DEVICE static T SrcGrad(int, T g, const T*, const T*, const W&, int64_t, int64_t) { return g; }
   template <typename T, typename W>
-  static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return -g; }
+  NGRA_HOST_DEVICE static T DstGrad(T g, const T*, const T*, const W&, int64_t, int64_t) { return -g; }
 };
 
 struct SrcMulDst : ProgramBase {
   static constexpr bool kUsesDst = true;
   template <typename T, typename W>
-  static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] * t[f]; }
+  NGRA_HOST_DEVICE static T Message(const T* s, const T* t, const W&, int64_t f, int64_t) { return s[f] * t[f]; }
   template <typename T, typename W>
-  static T SrcGrad(int, T g, const T*, const T* t, const W&, int64_t f, int64_t) { return g * t[f]; }
+  NGRA_HOST_DEVICE static T SrcGrad(int, T g, const T*, const T* t, const W&, int64_t f, int64_t) { return g * t[f]; }
   template <typename T, typename W>
-  static T DstGrad(T g, const T* s, const T*, const W&, int64_t f, int64_t) { return g * s[f]; }
+  NGRA_HOST_DEVICE static T DstGrad(T g, const T* s, const T*, const W&, int64_t f, int64_t) { return g * s[f]; }
 };
 
 // ---- Gates: act(a_src + b_dst) * c_src, the G-GCN edge after hoisting. ----
@@ -97,21 +99,21 @@ struct SrcMulDst : ProgramBase {
 // holds b. Act supplies y = act(z) and dy/dz expressed through z and y.
 struct Sigmoid {
   template <typename T>
-  static T Value(T z) { return T(1) / (T(1) + std::exp(-z)); }
+  NGRA_HOST_DEVICE static T Value(T z) { return T(1) / (T(1) + MathExp(-z)); }
   template <typename T>
-  static T Slope(T, T y) { return y * (T(1) - y); }
+  NGRA_HOST_DEVICE static T Slope(T, T y) { return y * (T(1) - y); }
 };
 struct Tanh {
   template <typename T>
-  static T Value(T z) { return std::tanh(z); }
+  NGRA_HOST_DEVICE static T Value(T z) { return MathTanh(z); }
   template <typename T>
-  static T Slope(T, T y) { return T(1) - y * y; }
+  NGRA_HOST_DEVICE static T Slope(T, T y) { return T(1) - y * y; }
 };
 struct Relu {
   template <typename T>
-  static T Value(T z) { return z > T(0) ? z : T(0); }
+  NGRA_HOST_DEVICE static T Value(T z) { return z > T(0) ? z : T(0); }
   template <typename T>
-  static T Slope(T z, T) { return z > T(0) ? T(1) : T(0); }
+  NGRA_HOST_DEVICE static T Slope(T z, T) { return z > T(0) ? T(1) : T(0); }
 };
 
 template <typename Act>
@@ -119,18 +121,18 @@ struct Gate : ProgramBase {
   static constexpr int kSrcParts = 2;
   static constexpr bool kUsesDst = true;
   template <typename T, typename W>
-  static T Message(const T* s, const T* t, const W&, int64_t f, int64_t width) {
+  NGRA_HOST_DEVICE static T Message(const T* s, const T* t, const W&, int64_t f, int64_t width) {
     return Act::Value(s[f] + t[f]) * s[width + f];
   }
   // part 0 is the gradient w.r.t. a, part 1 w.r.t. c.
   template <typename T, typename W>
-  static T SrcGrad(int part, T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
+  NGRA_HOST_DEVICE static T SrcGrad(int part, T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
     const T z = s[f] + t[f];
     const T y = Act::Value(z);
     return part == 0 ? g * Act::Slope(z, y) * s[width + f] : g * y;
   }
   template <typename T, typename W>
-  static T DstGrad(T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
+  NGRA_HOST_DEVICE static T DstGrad(T g, const T* s, const T* t, const W&, int64_t f, int64_t width) {
     const T z = s[f] + t[f];
     return g * Act::Slope(z, Act::Value(z)) * s[width + f];
   }

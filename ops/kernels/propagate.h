@@ -35,14 +35,14 @@ struct Operands {
   int64_t width = 0;            // features per message
 
   template <typename Program, typename Index>
-  int64_t SrcOffset(Index u, Index e) const {
+  NGRA_HOST_DEVICE int64_t SrcOffset(Index u, Index e) const {
     const int64_t slot = Program::kUsesType ? type[e] : 0;
     return (static_cast<int64_t>(u) * src_slots + slot) * width;
   }
 };
 
 template <WeightKind K, typename T>
-auto EdgeWeight(const Operands<T>& in, int64_t e) {
+NGRA_HOST_DEVICE auto EdgeWeight(const Operands<T>& in, int64_t e) {
   if constexpr (K == WeightKind::kScalar) {
     return ScalarWeight<T>{in.weight[e]};
   } else if constexpr (K == WeightKind::kVector) {

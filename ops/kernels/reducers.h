@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <limits>
 
+#include "ops/kernels/platform.h"
+
 namespace ngra {
 
 enum class Reduce { kSum, kMean, kMax, kMin };
@@ -20,17 +22,17 @@ template <>
 struct Reducer<Reduce::kSum> {
   static constexpr bool kTracksArg = false;
   template <typename T>
-  static T Init() { return T(0); }
+  NGRA_HOST_DEVICE static T Init() { return T(0); }
   template <typename T, typename Index>
-  static void Step(T& acc, Index& /*arg*/, T message, Index /*edge*/) { acc += message; }
+  NGRA_HOST_DEVICE static void Step(T& acc, Index& /*arg*/, T message, Index /*edge*/) { acc += message; }
   template <typename T, typename Index>
-  static void Finish(T& /*acc*/, Index /*arg*/, Index /*degree*/) {}
+  NGRA_HOST_DEVICE static void Finish(T& /*acc*/, Index /*arg*/, Index /*degree*/) {}
 };
 
 template <>
 struct Reducer<Reduce::kMean> : Reducer<Reduce::kSum> {
   template <typename T, typename Index>
-  static void Finish(T& acc, Index /*arg*/, Index degree) {
+  NGRA_HOST_DEVICE static void Finish(T& acc, Index /*arg*/, Index degree) {
     if (degree > 0) acc /= static_cast<T>(degree);
   }
 };
@@ -43,9 +45,9 @@ template <bool kIsMax>
 struct ExtremeReducer {
   static constexpr bool kTracksArg = true;
   template <typename T>
-  static T Init() { return T(0); }
+  NGRA_HOST_DEVICE static T Init() { return T(0); }
   template <typename T, typename Index>
-  static void Step(T& acc, Index& arg, T message, Index edge) {
+  NGRA_HOST_DEVICE static void Step(T& acc, Index& arg, T message, Index edge) {
     const bool better = kIsMax ? message > acc : message < acc;
     if (arg < 0 || better || (message != message && acc == acc)) {
       acc = message;
@@ -53,7 +55,7 @@ struct ExtremeReducer {
     }
   }
   template <typename T, typename Index>
-  static void Finish(T& acc, Index arg, Index /*degree*/) {
+  NGRA_HOST_DEVICE static void Finish(T& acc, Index arg, Index /*degree*/) {
     if (arg < 0) acc = T(0);
   }
 };

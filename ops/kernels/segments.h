@@ -14,6 +14,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "ops/kernels/platform.h"
+
 namespace ngra {
 
 template <typename Index>
@@ -23,11 +25,11 @@ struct Segments {
   const Index* edge_ids = nullptr;  // [num_positions]; null: position k is edge k
   int64_t num_segments = 0;
 
-  Index Begin(int64_t s) const { return indptr[s]; }
-  Index End(int64_t s) const { return indptr[s + 1]; }
-  Index Degree(int64_t s) const { return indptr[s + 1] - indptr[s]; }
-  Index Row(Index k) const { return indices ? indices[k] : k; }
-  Index Edge(Index k) const { return edge_ids ? edge_ids[k] : k; }
+  NGRA_HOST_DEVICE Index Begin(int64_t s) const { return indptr[s]; }
+  NGRA_HOST_DEVICE Index End(int64_t s) const { return indptr[s + 1]; }
+  NGRA_HOST_DEVICE Index Degree(int64_t s) const { return indptr[s + 1] - indptr[s]; }
+  NGRA_HOST_DEVICE Index Row(Index k) const { return indices ? indices[k] : k; }
+  NGRA_HOST_DEVICE Index Edge(Index k) const { return edge_ids ? edge_ids[k] : k; }
 };
 
 // Splits [0, num_segments) into at most `max_blocks` contiguous blocks of

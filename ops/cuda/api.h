@@ -1,0 +1,203 @@
+// The GPU side of the propagation ops, as the TensorFlow wrappers and the
+// standalone harness see it: plain C++ (no TensorFlow, no CUDA headers).
+//
+// Everything here is a template over a Backend, which decides where the
+// per-thread kernel bodies (ops/cuda/bodies.h) run:
+//  - GpuStream: on a CUDA stream. The definitions live in launch.h and are
+//    compiled by nvcc once, in ops/cuda/*_gpu.cu.cc, for float/double x
+//    int32/int64; callers link against those explicit instantiations.
+//  - HostEmulation: every thread body in a plain host loop, in order. It runs
+//    the very same index arithmetic, schedule, chunk splitting and combine
+//    passes, so the harness can check the GPU algorithm on a machine without
+//    a GPU (and CI does).
+//
+// Each entry point returns "" on success or an error message. Inputs are
+// device pointers (host pointers under HostEmulation).
+#ifndef NGRA_OPS_CUDA_API_H_
+#define NGRA_OPS_CUDA_API_H_
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "ops/kernels/programs.h"
+#include "ops/kernels/propagate.h"
+#include "ops/kernels/reducers.h"
+#include "ops/kernels/segments.h"
+
+namespace ngra {
+namespace gpu {
+
+// Scratch memory for one op call: valid until the op returns, and on the
+// stream's side until the work enqueued before that point has finished (TF's
+// allocate_temp and cudaMalloc-then-free-after-sync both give this).
+// Returns nullptr when out of memory.
+using Allocate = std::function<void*(size_t bytes)>;
+
+struct GpuStream {
+  void* stream = nullptr;  // a cudaStream_t (TF's compute stream), null: the default stream
+  int device = 0;          // CUDA device ordinal the stream belongs to
+  Allocate allocate;
+};
+
+struct HostEmulation {
+  Allocate allocate;
+};
+
+enum class ProgramId {
+  kCopySrc,
+  kSrcMulEdge,
+  kSrcAddDst,
+  kSrcSubDst,
+  kSrcMulDst,
+  kGateSigmoid,
+  kGateTanh,
+  kGateRelu,
+  kTypeSelect,
+};
+
+// From the op attribute strings; false for an unknown name.
+inline bool ParseProgram(const std::string& name, ProgramId* id) {
+  static const char* const kNames[] = {"copy_src",     "src_mul_edge", "src_add_dst", "src_sub_dst", "src_mul_dst",
+                                       "gate_sigmoid", "gate_tanh",    "gate_relu",   "type_select"};
+  for (int i = 0; i < 9; ++i) {
+    if (name == kNames[i]) {
+      *id = static_cast<ProgramId>(i);
+      return true;
+    }
+  }
+  return false;
+}
+
+inline bool ParseReduce(const std::string& name, Reduce* reduce) {
+  if (name == "sum") *reduce = Reduce::kSum;
+  else if (name == "mean") *reduce = Reduce::kMean;
+  else if (name == "max") *reduce = Reduce::kMax;
+  else if (name == "min") *reduce = Reduce::kMin;
+  else return false;
+  return true;
+}
+
+enum class Wrt { kXSrc, kXDst, kEdgeWeight };
+
+// Tuning of the segment walks (see schedule.h).
+struct WalkConfig {
+  // A segment longer than this many edges is split into chunks of this size,
+  // reduced by separate thread groups and combined in chunk order.
+  int64_t max_chunk = 256;
+};
+
+// ---- Validation of device-resident index arrays ----
+//
+// The checks are those of the CPU ops (ops/cc/op_util.h), with the same
+// messages. Device checks run as kernels that record the first bad position;
+// Finish() copies the results back once (one synchronisation) and returns
+// the message of the first failed check, in the order the checks were added.
+// Host checks (shape conditions that need a device value such as
+// indptr[-1]) are interleaved in that order. A device check only runs when
+// every device check added before it passed, so later checks may rely on
+// earlier ones (a permutation test indexes by ids already range-checked).
+template <typename Backend, typename Index>
+class Validator {
+ public:
+  explicit Validator(const Backend& backend);
+  // indptr of `length` >= 1 entries: indptr[0] == 0 and never decreasing.
+  // Returns a handle for Last().
+  int Indptr(const std::string& name, const Index* indptr, int64_t length);
+  // ids[i] in [lower, bound) for i < count. With bound_indptr >= 0 the bound
+  // is Last(bound_indptr) instead (a device value).
+  void Ids(const std::string& name, const Index* ids, int64_t count, int64_t lower, int64_t bound,
+           int bound_indptr = -1);
+  void Types(const std::string& name, const int32_t* ids, int64_t count, int64_t bound);
+  // ids (already checked by Ids(name, ids, count, 0, count)) holds each value once.
+  void Permutation(const std::string& name, const Index* ids, int64_t count);
+  // Every argedge[i] >= 0 (already range-checked) is an edge of segment
+  // i / width of (indptr, edge_ids); edge_ids null: edge k is position k.
+  void Owners(const Index* argedge, int64_t count, int64_t width, int indptr, const Index* edge_ids,
+              int64_t num_edges);
+  // Runs at Finish(), in order; returns "" or the error message.
+  void Host(std::function<std::string()> check);
+  // indptr[length - 1] of an Indptr check; valid in Host checks and after Finish().
+  int64_t Last(int indptr) const;
+  std::string Finish();
+
+ private:
+  struct Check;
+  Check* AddDeviceCheck(int kind, const std::string& name, const void* data);
+  const Backend& backend_;
+  int64_t* status_ = nullptr;  // device: first bad position per slot, then the indptr last values
+  std::vector<int64_t> host_status_;
+  std::vector<Check> checks_;
+  std::vector<int64_t> lengths_;  // per Indptr handle
+  std::vector<const Index*> indptr_data_;
+  int slots_ = 0;
+  std::string error_;  // an allocation failure, reported by Finish()
+};
+
+// ---- Propagation ----
+
+// NgraGather: out[s] = reduce(values[edge_ids[k]]) over segment s;
+// seg.indices == seg.edge_ids. argedge is written for max and min.
+// num_positions: indptr[-1], the number of positions the segments cover.
+template <typename Backend, typename T, typename Index>
+std::string RunGather(const Backend& backend, Reduce reduce, const Segments<Index>& seg, int64_t num_positions,
+                      const T* values, int64_t width, T* out, Index* argedge, const WalkConfig& config = {});
+
+// NgraScatter: out[Edge(k)] = x[s] for every position k of segment s.
+template <typename Backend, typename T, typename Index>
+std::string RunScatter(const Backend& backend, const Segments<Index>& seg, int64_t num_positions, const T* x,
+                       int64_t width, T* out, const WalkConfig& config = {});
+
+// NgraGatherGradArg: out[Edge(k)][f] = grad[s][f] where argedge[s][f] ==
+// Edge(k), else 0.
+template <typename Backend, typename T, typename Index>
+std::string RunGatherGradArg(const Backend& backend, const Segments<Index>& seg, int64_t num_positions,
+                             const T* grad, const Index* argedge, int64_t width, T* out,
+                             const WalkConfig& config = {});
+
+// The validated operands of NgraFusedGather (device pointers).
+template <typename T, typename Index>
+struct FusedProblem {
+  ProgramId program = ProgramId::kCopySrc;
+  Reduce reduce = Reduce::kSum;
+  WeightKind weight_kind = WeightKind::kNone;
+  Operands<T> in;
+  Segments<Index> csc;  // forward walk; edge ids are positions
+  Segments<Index> csr;  // backward walk; csr.edge_ids maps to edge ids
+  int64_t num_src = 0, num_dst = 0, num_edges = 0;
+};
+
+// NgraFusedGather: out [num_dst, width]; argedge [num_dst, width] for max/min.
+template <typename Backend, typename T, typename Index>
+std::string RunFusedGather(const Backend& backend, const FusedProblem<T, Index>& problem, T* out,
+                           Index* argedge, const WalkConfig& config = {});
+
+// NgraFusedGatherGrad: out is shaped like the operand `wrt`.
+template <typename Backend, typename T, typename Index>
+std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Index>& problem, Wrt wrt,
+                               const T* grad, const Index* argedge, T* out, const WalkConfig& config = {});
+
+// ---- For benchmarks: the schedule built once, then only the kernel timed ----
+
+template <typename Index>
+struct Schedule;  // schedule.h
+
+// Builds the degree-sorted, chunked schedule of `seg` (num_positions =
+// indptr[-1], already validated) in memory from backend.allocate, on the
+// device and without waiting for it; *schedule stays valid as long as that
+// memory does. The caller selects the device (DeviceScope).
+template <typename Backend, typename Index>
+std::string BuildSchedule(const Backend& backend, const Segments<Index>& seg, int64_t num_positions,
+                          const WalkConfig& config, Schedule<Index>* schedule);
+
+// RunFusedGather over a prebuilt schedule of problem.csc.
+template <typename Backend, typename T, typename Index>
+std::string RunFusedGatherScheduled(const Backend& backend, const FusedProblem<T, Index>& problem,
+                                    const Schedule<Index>& schedule, T* out, Index* argedge);
+
+}  // namespace gpu
+}  // namespace ngra
+
+#endif  // NGRA_OPS_CUDA_API_H_

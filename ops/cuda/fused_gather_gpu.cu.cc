@@ -1,0 +1,19 @@
+// The fused gather's forward pass (every program x reduce x weight kind) on CUDA:
+// the explicit GpuStream instantiations of ops/cuda/launch.h and
+// validate_impl.h. Compiled by nvcc without TensorFlow headers; the TF
+// kernels (propagation_kernels_gpu.cc) and the harness link against them.
+#include "ops/cuda/backend_cuda.cuh"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/validate_impl.h"
+#include "ops/cuda/instances.h"
+
+namespace ngra {
+namespace gpu {
+
+NGRA_GPU_INSTANCES_FUSED(, GpuStream, float, int32_t)
+NGRA_GPU_INSTANCES_FUSED(, GpuStream, float, int64_t)
+NGRA_GPU_INSTANCES_FUSED(, GpuStream, double, int32_t)
+NGRA_GPU_INSTANCES_FUSED(, GpuStream, double, int64_t)
+
+}  // namespace gpu
+}  // namespace ngra

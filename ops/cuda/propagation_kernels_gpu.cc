@@ -1,0 +1,265 @@
+// GPU kernels of the propagation ops: thin TensorFlow wrappers around the
+// TF-free entry points of ops/cuda/api.h (compiled by nvcc in
+// ops/cuda/*_gpu.cu.cc). Compiled by the host compiler with TF's flags; it
+// includes no CUDA header, so TF's bundled CUDA 12.3 headers never meet nvcc
+// 13's. Shape functions are those of ops/cc/ops.cc; the checks and their
+// messages are the CPU kernels' (ops/cuda/validate.h).
+#include <deque>
+#include <string>
+#include <vector>
+
+#include "ops/cuda/api.h"
+#include "ops/cuda/validate.h"
+#include "tensorflow/core/framework/op_kernel.h"
+#include "tensorflow/core/framework/tensor.h"
+#include "tensorflow/core/framework/tensor_shape.h"
+#include "xla/stream_executor/stream.h"
+#include "xla/stream_executor/stream_executor.h"
+
+namespace ngra {
+namespace gpu {
+namespace {
+
+using ::tensorflow::DEVICE_GPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::OpKernelContext;
+using ::tensorflow::Tensor;
+using ::tensorflow::TensorShape;
+
+// The op's GpuStream: TF's compute stream (so the kernels are ordered with
+// the ops around them), its CUDA device, and allocate_temp for scratch (TF's
+// GPU allocator is stream-ordered on that stream, so scratch may be released
+// when Compute returns even though the kernels are still queued).
+class OpStream {
+ public:
+  explicit OpStream(OpKernelContext* ctx) {
+    auto* stream = ctx->op_device_context()->stream();
+    gpu_.stream = stream->platform_specific_handle().stream;
+    gpu_.device = stream->parent()->device_ordinal();
+    gpu_.allocate = [this, ctx](size_t bytes) -> void* {
+      temps_.emplace_back();
+      Tensor& t = temps_.back();
+      if (!ctx->allocate_temp(tensorflow::DT_INT8, TensorShape({static_cast<int64_t>(bytes)}), &t).ok()) {
+        return nullptr;
+      }
+      return t.data();
+    };
+  }
+  const GpuStream& get() const { return gpu_; }
+
+ private:
+  GpuStream gpu_;
+  std::deque<Tensor> temps_;  // a deque keeps earlier tensors in place as it grows
+};
+
+TensorInfo Info(const Tensor& t) {
+  TensorInfo info;
+  info.data = t.NumElements() > 0 ? t.data() : nullptr;
+  for (int d = 0; d < t.dims(); ++d) info.shape.push_back(t.dim_size(d));
+  return info;
+}
+
+// Check failures are the caller's: InvalidArgument. A launch that fails
+// after the checks passed is a resource or CUDA problem.
+absl::Status CheckStatus(const std::string& message) {
+  return message.empty() ? absl::OkStatus() : tensorflow::errors::InvalidArgument(message);
+}
+absl::Status RunStatus(const std::string& message) {
+  if (message.empty()) return absl::OkStatus();
+  if (message.rfind("out of device memory", 0) == 0) return tensorflow::errors::ResourceExhausted(message);
+  return tensorflow::errors::Internal(message);
+}
+
+template <typename U>
+U* Data(Tensor* t) {
+  return t->NumElements() > 0 ? t->flat<U>().data() : nullptr;
+}
+template <typename U>
+const U* Data(const Tensor& t) {
+  return t.NumElements() > 0 ? t.flat<U>().data() : nullptr;
+}
+
+bool IsExtreme(const std::string& reduce) { return reduce == "max" || reduce == "min"; }
+
+// ---- NgraGather ----
+
+template <typename T, typename Index>
+class GatherGpuOp : public OpKernel {
+ public:
+  explicit GatherGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce", &reduce_name_));
+    OP_REQUIRES(ctx, ParseReduce(reduce_name_, &reduce_),
+                tensorflow::errors::InvalidArgument("unknown reduce '", reduce_name_, "'"));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& values = ctx->input(0);
+    const Tensor& indptr = ctx->input(1);
+    const Tensor& edge_ids = ctx->input(2);
+    OpStream stream(ctx);
+    Checked c;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateGather<GpuStream, Index>(stream.get(), Info(values), Info(indptr),
+                                                                     Info(edge_ids), &c)));
+    const int64_t segments = indptr.NumElements() - 1;
+    TensorShape out_shape = values.shape();
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, segments));
+    Tensor *out = nullptr, *arg = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(reduce_name_) ? out_shape : TensorShape({0}), &arg));
+    const Index* ids = Data<Index>(edge_ids);
+    const Segments<Index> seg{Data<Index>(indptr), ids, ids, segments};
+    OP_REQUIRES_OK(ctx, RunStatus(RunGather<GpuStream, T, Index>(stream.get(), reduce_, seg, c.num_positions,
+                                                                 Data<T>(values), c.width, Data<T>(out),
+                                                                 Data<Index>(arg))));
+  }
+
+ private:
+  std::string reduce_name_;
+  Reduce reduce_ = Reduce::kSum;
+};
+
+// ---- NgraScatter ----
+
+template <typename T, typename Index>
+class ScatterGpuOp : public OpKernel {
+ public:
+  explicit ScatterGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& x = ctx->input(0);
+    const Tensor& indptr = ctx->input(1);
+    const Tensor& edge_ids = ctx->input(2);
+    OpStream stream(ctx);
+    Checked c;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateScatter<GpuStream, Index>(stream.get(), Info(x), Info(indptr),
+                                                                      Info(edge_ids), &c)));
+    TensorShape out_shape = x.shape();
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, c.num_positions));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const Segments<Index> seg{Data<Index>(indptr), nullptr, Data<Index>(edge_ids), c.rows};
+    OP_REQUIRES_OK(ctx, RunStatus(RunScatter<GpuStream, T, Index>(stream.get(), seg, c.num_positions, Data<T>(x),
+                                                                  c.width, Data<T>(out))));
+  }
+};
+
+// ---- NgraGatherGradArg ----
+
+template <typename T, typename Index>
+class GatherGradArgGpuOp : public OpKernel {
+ public:
+  explicit GatherGradArgGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grad = ctx->input(0);
+    const Tensor& arg = ctx->input(1);
+    const Tensor& indptr = ctx->input(2);
+    const Tensor& edge_ids = ctx->input(3);
+    OpStream stream(ctx);
+    Checked c;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateGatherGradArg<GpuStream, Index>(stream.get(), Info(grad), Info(arg),
+                                                                            Info(indptr), Info(edge_ids), &c)));
+    TensorShape out_shape = grad.shape();
+    OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, c.num_positions));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const Segments<Index> seg{Data<Index>(indptr), nullptr, Data<Index>(edge_ids), c.rows};
+    OP_REQUIRES_OK(ctx, RunStatus(RunGatherGradArg<GpuStream, T, Index>(stream.get(), seg, c.num_positions,
+                                                                        Data<T>(grad), Data<Index>(arg), c.width,
+                                                                        Data<T>(out))));
+  }
+};
+
+// ---- NgraFusedGather and its gradient ----
+
+FusedInputs FusedInputsOf(OpKernelContext* ctx, int first) {
+  FusedInputs in;
+  TensorInfo* slots[] = {&in.x_src,      &in.x_dst,   &in.edge_weight, &in.edge_type, &in.csc_indptr,
+                         &in.csc_src,    &in.csr_indptr, &in.csr_dst,   &in.csr_edge};
+  for (int i = 0; i < 9; ++i) *slots[i] = Info(ctx->input(first + i));
+  return in;
+}
+
+template <typename T, typename Index>
+class FusedGatherGpuOp : public OpKernel {
+ public:
+  explicit FusedGatherGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("program", &program_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce", &reduce_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpStream stream(ctx);
+    FusedProblem<T, Index> problem;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateFused<GpuStream, T, Index>(stream.get(), program_, reduce_,
+                                                                       FusedInputsOf(ctx, 0), false, &problem)));
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({problem.num_dst, problem.in.width}, &out_shape));
+    Tensor *out = nullptr, *arg = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(reduce_) ? out_shape : TensorShape({0}), &arg));
+    OP_REQUIRES_OK(ctx, RunStatus(RunFusedGather<GpuStream, T, Index>(stream.get(), problem, Data<T>(out),
+                                                                      Data<Index>(arg))));
+  }
+
+ private:
+  std::string program_, reduce_;
+};
+
+template <typename T, typename Index>
+class FusedGatherGradGpuOp : public OpKernel {
+ public:
+  explicit FusedGatherGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("program", &program_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("reduce", &reduce_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grad = ctx->input(0);
+    const Tensor& argedge = ctx->input(1);
+    OpStream stream(ctx);
+    FusedProblem<T, Index> problem;
+    Wrt wrt = Wrt::kXSrc;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateFusedGrad<GpuStream, T, Index>(stream.get(), program_, reduce_, wrt_,
+                                                                           Info(grad), Info(argedge),
+                                                                           FusedInputsOf(ctx, 2), &problem, &wrt)));
+    const int wrt_input = wrt == Wrt::kXSrc ? 2 : wrt == Wrt::kXDst ? 3 : 4;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(wrt_input).shape(), &out));
+    const Index* arg = IsExtreme(reduce_) ? Data<Index>(argedge) : nullptr;
+    OP_REQUIRES_OK(ctx, RunStatus(RunFusedGatherGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad),
+                                                                          arg, Data<T>(out))));
+  }
+
+ private:
+  std::string program_, reduce_, wrt_;
+};
+
+#define NGRA_REGISTER_GPU(T, Index)                                                                         \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraGather").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),         \
+      GatherGpuOp<T, Index>);                                                                               \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraScatter").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),        \
+      ScatterGpuOp<T, Index>);                                                                              \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraGatherGradArg").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),  \
+      GatherGradArgGpuOp<T, Index>);                                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraFusedGather").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),    \
+      FusedGatherGpuOp<T, Index>);                                                                          \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraFusedGatherGrad").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"), \
+      FusedGatherGradGpuOp<T, Index>);
+
+NGRA_REGISTER_GPU(float, int32_t)
+NGRA_REGISTER_GPU(float, int64_t)
+NGRA_REGISTER_GPU(double, int32_t)
+NGRA_REGISTER_GPU(double, int64_t)
+#undef NGRA_REGISTER_GPU
+
+}  // namespace
+}  // namespace gpu
+}  // namespace ngra

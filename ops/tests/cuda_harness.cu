@@ -1,0 +1,556 @@
+// Standalone harness for the GPU kernels (no TensorFlow): runs every GPU
+// entry point (ops/cuda/api.h) and the CPU kernels (ops/kernels) on the same
+// random graphs and compares them.
+//
+//   emulated: the GPU algorithm through HostEmulation (any machine; CI runs it)
+//   gpu:      on CUDA device 0 (builds with NGRA_HARNESS_GPU=1, linked with the
+//             nvcc-compiled kernels, and a GPU present); also checks that two
+//             runs agree bit for bit and that the device-built schedule equals
+//             the host-built one
+//
+// The harness itself is host C++: build it with tools/build_cuda.py --harness
+// (or, emulated half only, with any C++17 compiler: g++ -x c++).
+//
+// Tolerances: sums, means and gradients may differ by float reassociation
+// (split segments are summed in chunks) and FMA contraction, so they are
+// compared per row, relative to the row's largest magnitude (1e-4 float,
+// 1e-10 double). Max/min values and winning edge ids must be identical,
+// except for gate_sigmoid and gate_tanh, whose exp/tanh differ by an ulp
+// between the host's libm and CUDA's: there the winner must be an edge of
+// the segment whose message is within tolerance of the CPU's extreme.
+//
+// Usage: cuda_harness [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick]
+// Prints "N passed, M failed"; exits 1 on any failure, 2 on bad usage.
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops/cuda/backend_host.h"
+#include "ops/cuda/instances.h"
+#include "ops/cuda/launch.h"
+#include "ops/cuda/validate_impl.h"
+#include "ops/kernels/propagate.h"
+#include "ops/tests/harness_bad_input.h"
+#include "ops/tests/harness_check.h"
+#include "ops/tests/harness_graph.h"
+#include "ops/tests/harness_runtime.h"
+
+namespace ngra {
+#if NGRA_HARNESS_GPU
+namespace gpu {
+// The GPU instances are compiled in ops/cuda/*_gpu.cu.cc and linked in; the
+// emulated ones are instantiated here, where they are used.
+NGRA_GPU_INSTANCES_ALL(extern, GpuStream)
+}  // namespace gpu
+#endif
+
+namespace harness {
+namespace {
+
+using gpu::FusedProblem;
+using gpu::ProgramId;
+using gpu::WalkConfig;
+using gpu::Wrt;
+
+const char* const kProgramNames[] = {"copy_src",     "src_mul_edge", "src_add_dst", "src_sub_dst", "src_mul_dst",
+                                     "gate_sigmoid", "gate_tanh",    "gate_relu",   "type_select"};
+const char* const kReduceNames[] = {"sum", "mean", "max", "min"};
+const char* const kWeightNames[] = {"none", "scalar", "vector", "block"};
+
+// Messages are bit-identical on host and device unless they go through exp or tanh.
+bool ExactMessages(ProgramId p) { return p != ProgramId::kGateSigmoid && p != ProgramId::kGateTanh; }
+
+// ---- One test setting: a graph and its data on the host and the device ----
+
+template <typename Runtime, typename T, typename Index>
+struct Setting {
+  Runtime& rt;
+  const Graph<Index>& g;
+  int64_t width;
+  WalkConfig config;
+  std::string prefix;
+  Tally& tally;
+  std::mt19937_64 rng;
+
+  // Host data (the CPU kernels read these) and device copies.
+  std::vector<T> x_src[4];  // by slot count 1..3
+  std::vector<T> x_dst, w_scalar, w_vector, w_block, grad;
+  std::vector<int32_t> type;
+  int64_t heads = 1;
+  Segments<Index> csc_h, csr_h, csc_d, csr_d;
+  const T* x_src_d[4] = {};
+  const T *x_dst_d = nullptr, *w_scalar_d = nullptr, *w_vector_d = nullptr, *w_block_d = nullptr, *grad_d = nullptr;
+  const int32_t* type_d = nullptr;
+
+  void Upload() {
+    const int64_t E = g.num_edges;
+    for (int slots = 1; slots <= 3; ++slots) {
+      x_src[slots] = GridValues<T>(g.num_src * slots * width, &rng);
+      x_src_d[slots] = rt.Put(x_src[slots]);
+    }
+    x_dst = GridValues<T>(g.num_dst * width, &rng);
+    w_scalar = RandomValues<T>(E, &rng, 0.25, 2.0);
+    w_vector = RandomValues<T>(E * width, &rng, -1.0, 1.0);
+    heads = width % 4 == 0 ? 4 : width % 2 == 0 ? 2 : 1;
+    w_block = RandomValues<T>(E * heads, &rng, -1.0, 1.0);
+    grad = RandomValues<T>(g.num_dst * width, &rng);
+    std::uniform_int_distribution<int32_t> t3(0, 2);
+    type.resize(E);
+    for (int32_t& t : type) t = t3(rng);
+    x_dst_d = rt.Put(x_dst);
+    w_scalar_d = rt.Put(w_scalar);
+    w_vector_d = rt.Put(w_vector);
+    w_block_d = rt.Put(w_block);
+    grad_d = rt.Put(grad);
+    type_d = rt.Put(type);
+    csc_h = Segments<Index>{g.csc_indptr.data(), E ? g.csc_src.data() : nullptr, nullptr, g.num_dst};
+    csr_h = Segments<Index>{g.csr_indptr.data(), E ? g.csr_dst.data() : nullptr, E ? g.csr_edge.data() : nullptr,
+                            g.num_src};
+    csc_d = Segments<Index>{rt.Put(g.csc_indptr), E ? rt.Put(g.csc_src) : nullptr, nullptr, g.num_dst};
+    csr_d = Segments<Index>{rt.Put(g.csr_indptr), E ? rt.Put(g.csr_dst) : nullptr, E ? rt.Put(g.csr_edge) : nullptr,
+                            g.num_src};
+  }
+
+  // The operands of a program with weight kind K, on the host or the device.
+  template <typename P, WeightKind K>
+  Operands<T> OperandsOf(bool device) const {
+    const int slots = P::kUsesType ? 3 : P::kSrcParts;
+    Operands<T> in;
+    in.x_src = device ? x_src_d[slots] : x_src[slots].data();
+    in.src_slots = slots;
+    in.width = width;
+    if (P::kUsesDst) in.x_dst = device ? x_dst_d : x_dst.data();
+    if (K == WeightKind::kScalar) {
+      in.weight = device ? w_scalar_d : w_scalar.data();
+      in.weight_width = 1;
+    } else if (K == WeightKind::kVector) {
+      in.weight = device ? w_vector_d : w_vector.data();
+      in.weight_width = width;
+    } else if (K == WeightKind::kBlock) {
+      in.weight = device ? w_block_d : w_block.data();
+      in.weight_width = heads;
+    }
+    if (P::kUsesType) in.type = device ? type_d : type.data();
+    return in;
+  }
+
+  bool Deterministic() const { return std::strcmp(Runtime::kName, "gpu") == 0; }
+
+  // ---- fused_gather, forward and gradients ----
+
+  template <typename P, Reduce R, WeightKind K>
+  void Fused(ProgramId id) {
+    const std::string name = prefix + " fused " + kProgramNames[static_cast<int>(id)] + " " +
+                             kReduceNames[static_cast<int>(R)] + " " + kWeightNames[static_cast<int>(K)];
+    if (!Selected(name)) return;
+    const size_t mark = rt.Mark();  // this case's device buffers go at the end
+    struct Release {
+      Runtime& rt;
+      size_t mark;
+      ~Release() { rt.Release(mark); }
+    } release{rt, mark};
+    constexpr bool kExtreme = Reducer<R>::kTracksArg;
+    const int64_t n = g.num_dst * width;
+    const Operands<T> in = OperandsOf<P, K>(false);
+    std::vector<T> out(n);
+    std::vector<Index> arg(kExtreme ? n : 0);
+    CpuRun(csc_h, [&](int64_t first, int64_t last) {
+      FusedGather<P, R, K>(csc_h, in, g.num_src, first, last, out.data(), kExtreme ? arg.data() : nullptr);
+    });
+
+    FusedProblem<T, Index> problem;
+    problem.program = id;
+    problem.reduce = R;
+    problem.weight_kind = K;
+    problem.in = OperandsOf<P, K>(true);
+    problem.csc = csc_d;
+    problem.csr = csr_d;
+    problem.num_src = g.num_src;
+    problem.num_dst = g.num_dst;
+    problem.num_edges = g.num_edges;
+    auto forward = [&](std::vector<T>* got, std::vector<Index>* got_arg) {
+      T* o = rt.template Garbage<T>(n);
+      Index* a = kExtreme ? rt.template Garbage<Index>(n) : nullptr;
+      std::string error = gpu::RunFusedGather(rt.backend(), problem, o, a, config);
+      if (error.empty()) error = rt.Sync();
+      *got = rt.Get(o, n);
+      if (kExtreme) *got_arg = rt.Get(a, n);
+      return error;
+    };
+    std::vector<T> got;
+    std::vector<Index> got_arg;
+    std::string error = forward(&got, &got_arg);
+    if (error.empty()) {
+      if (!kExtreme) {
+        error = CompareClose(got, out, width);
+      } else if (ExactMessages(id)) {
+        error = CompareExact(got, out);
+        if (error.empty()) error = CompareExact(got_arg, arg);
+        if (!error.empty()) error = "(max/min must be exact) " + error;
+      } else {
+        error = CompareClose(got, out, width);
+        if (error.empty()) error = CheckWinners<P, K>(in, got_arg, out);
+      }
+    }
+    if (error.empty() && Deterministic()) {
+      std::vector<T> again;
+      std::vector<Index> again_arg;
+      error = forward(&again, &again_arg);
+      if (error.empty()) error = CompareExact(again, got);
+      if (error.empty() && kExtreme) error = CompareExact(again_arg, got_arg);
+      if (!error.empty()) error = "second run differs: " + error;
+    }
+    tally.Record(name + " forward", error);
+
+    // Gradients, with the CPU's winners for max/min on both sides.
+    const Index* arg_d = kExtreme ? rt.Put(arg) : nullptr;
+    FusedGrad<P, R, K>(name, Wrt::kXSrc, problem, arg, arg_d);
+    if constexpr (P::kUsesDst) FusedGrad<P, R, K>(name, Wrt::kXDst, problem, arg, arg_d);
+    if constexpr (P::kUsesWeight) FusedGrad<P, R, K>(name, Wrt::kEdgeWeight, problem, arg, arg_d);
+  }
+
+  // For inexact programs: each winner is an edge of its segment whose CPU
+  // message is within tolerance of the CPU's extreme (or -1 for an empty one).
+  template <typename P, WeightKind K>
+  std::string CheckWinners(const Operands<T>& in, const std::vector<Index>& got_arg, const std::vector<T>& want) {
+    for (int64_t v = 0; v < g.num_dst; ++v) {
+      for (int64_t f = 0; f < width; ++f) {
+        const int64_t i = v * width + f;
+        const Index e = got_arg[i];
+        if (csc_h.Degree(v) == 0) {
+          if (e != -1) return "empty segment " + std::to_string(v) + " has winner " + std::to_string(e);
+          continue;
+        }
+        if (e < csc_h.Begin(v) || e >= csc_h.End(v)) return "winner " + std::to_string(e) + " is not an edge of " + std::to_string(v);
+        const T* src = in.x_src + in.template SrcOffset<P>(csc_h.Row(e), e);
+        const T* t = P::kUsesDst ? in.x_dst + v * width : nullptr;
+        const T m = P::Message(src, t, EdgeWeight<K>(in, e), f, width);
+        if (!(std::fabs(double(m) - double(want[i])) <= Tolerance<T>() * std::max(1.0, std::fabs(double(want[i]))))) {
+          return "winner " + std::to_string(e) + " of element " + std::to_string(i) + " is not an extreme";
+        }
+      }
+    }
+    return "";
+  }
+
+  template <typename P, Reduce R, WeightKind K>
+  void FusedGrad(const std::string& base, Wrt wrt, const FusedProblem<T, Index>& problem,
+                 const std::vector<Index>& arg, const Index* arg_d) {
+    constexpr bool kArg = Reducer<R>::kTracksArg;
+    const char* wrt_name = wrt == Wrt::kXSrc ? "x_src" : wrt == Wrt::kXDst ? "x_dst" : "edge_weight";
+    const std::string name = base + " d/d" + wrt_name;
+    const Operands<T> in = OperandsOf<P, K>(false);
+    // Mean spreads each output's gradient over its segment (as the CPU op does).
+    std::vector<T> g_host = grad;
+    if (R == Reduce::kMean) {
+      for (int64_t v = 0; v < g.num_dst; ++v) {
+        const T scale = csc_h.Degree(v) > 0 ? T(1) / static_cast<T>(csc_h.Degree(v)) : T(0);
+        for (int64_t f = 0; f < width; ++f) g_host[v * width + f] = grad[v * width + f] * scale;
+      }
+    }
+    const EdgeGrad<kArg, T, Index> eg{g_host.data(), kArg ? arg.data() : nullptr, width, g.num_dst};
+    int64_t n = 0, row = width;
+    std::vector<T> want;
+    if (wrt == Wrt::kXSrc) {
+      row = in.src_slots * width;
+      n = g.num_src * row;
+      want.assign(n, T(0));
+      CpuRun(csr_h, [&](int64_t first, int64_t last) {
+        FusedGatherGradSrc<P, kArg, K>(csr_h, in, eg, first, last, want.data());
+      });
+    } else if (wrt == Wrt::kXDst) {
+      n = g.num_dst * width;
+      want.assign(n, T(0));
+      if constexpr (P::kUsesDst) {
+        CpuRun(csc_h, [&](int64_t first, int64_t last) {
+          FusedGatherGradDst<P, kArg, K>(csc_h, in, g.num_src, eg, first, last, want.data());
+        });
+      }
+    } else {
+      row = in.weight_width;
+      n = g.num_edges * row;
+      want.assign(n, T(0));
+      if constexpr (P::kUsesWeight) {
+        CpuRun(csc_h, [&](int64_t first, int64_t last) {
+          FusedGatherGradWeight<P, kArg, K>(csc_h, in, eg, first, last, want.data());
+        });
+      }
+    }
+    auto run = [&](std::vector<T>* got) {
+      T* o = rt.template Garbage<T>(n);
+      std::string error = gpu::RunFusedGatherGrad(rt.backend(), problem, wrt, grad_d, arg_d, o, config);
+      if (error.empty()) error = rt.Sync();
+      *got = rt.Get(o, n);
+      return error;
+    };
+    std::vector<T> got;
+    std::string error = run(&got);
+    if (error.empty()) error = CompareClose(got, want, row);
+    if (error.empty() && Deterministic()) {
+      std::vector<T> again;
+      error = run(&again);
+      if (error.empty()) error = CompareExact(again, got);
+      if (!error.empty()) error = "second run differs: " + error;
+    }
+    tally.Record(name, error);
+  }
+
+  void AllFused() {
+    for (int id = 0; id < 9; ++id) {
+      gpu::WithProgram(static_cast<ProgramId>(id), [&](auto p) {
+        using P = decltype(p);
+        for (int r = 0; r < 4; ++r) {
+          gpu::WithReduce(static_cast<Reduce>(r), [&](auto red) {
+            constexpr Reduce R = decltype(red)::value;
+            if constexpr (P::kUsesWeight) {
+              Fused<P, R, WeightKind::kScalar>(static_cast<ProgramId>(id));
+              Fused<P, R, WeightKind::kVector>(static_cast<ProgramId>(id));
+              if (heads > 1) Fused<P, R, WeightKind::kBlock>(static_cast<ProgramId>(id));
+            } else {
+              Fused<P, R, WeightKind::kNone>(static_cast<ProgramId>(id));
+            }
+            return std::string();
+          });
+        }
+        return std::string();
+      });
+    }
+  }
+
+  // ---- gather, scatter, gather_grad_arg ----
+
+  void Gathers() {
+    const int64_t E = g.num_edges;
+    // Values per edge, with a few NaNs: they must win max/min and stick.
+    std::vector<T> values = RandomValues<T>(E * width, &rng);
+    for (int64_t i = 0; i < E * width; i += 97) values[i] = T(NAN);
+    const T* values_d = rt.Put(values);
+    for (int with_ids = 0; with_ids < 2; ++with_ids) {
+      // By destination; edge ids either the CSC positions (identity) or the
+      // CSR order's ids (a permutation), which makes the gathered rows random.
+      const std::vector<Index>& ids = g.csr_edge;
+      const Index* ids_h = with_ids && E ? ids.data() : nullptr;
+      const Index* ids_d = with_ids && E ? rt.Put(ids) : nullptr;
+      const Segments<Index> seg_h{g.csc_indptr.data(), ids_h, ids_h, g.num_dst};
+      const Segments<Index> seg_d{csc_d.indptr, ids_d, ids_d, g.num_dst};
+      const std::string ids_name = with_ids ? " edge_ids" : " identity";
+      for (int r = 0; r < 4; ++r) {
+        const std::string name = prefix + " gather " + kReduceNames[r] + ids_name;
+        if (!Selected(name)) continue;
+        const bool extreme = r >= 2;
+        const int64_t n = g.num_dst * width;
+        std::vector<T> want(n);
+        std::vector<Index> want_arg(extreme ? n : 0);
+        Operands<T> in;
+        in.x_src = values.data();
+        in.width = width;
+        gpu::WithReduce(static_cast<Reduce>(r), [&](auto red) {
+          CpuRun(seg_h, [&](int64_t first, int64_t last) {
+            FusedGather<CopySrc, decltype(red)::value, WeightKind::kNone>(seg_h, in, E, first, last, want.data(),
+                                                                            extreme ? want_arg.data() : nullptr);
+          });
+          return std::string();
+        });
+        T* o = rt.template Garbage<T>(n);
+        Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
+        std::string error = gpu::RunGather(rt.backend(), static_cast<Reduce>(r), seg_d, E, values_d, width, o, a, config);
+        if (error.empty()) error = rt.Sync();
+        if (error.empty()) error = extreme ? CompareExact(rt.Get(o, n), want) : CompareClose(rt.Get(o, n), want, width);
+        if (error.empty() && extreme) error = CompareExact(rt.Get(a, n), want_arg);
+        tally.Record(name, error);
+
+        if (r == 2) {  // the max gather's gradient, fed the CPU's winners
+          const std::string grad_name = prefix + " gather_grad_arg" + ids_name;
+          std::vector<T> want_grad(E * width, T(0));
+          const Segments<Index> by_edge{g.csc_indptr.data(), nullptr, ids_h, g.num_dst};
+          CpuRun(by_edge, [&](int64_t first, int64_t last) {
+            GatherGradArg(by_edge, grad.data(), want_arg.data(), width, first, last, want_grad.data());
+          });
+          T* go = rt.template Garbage<T>(E * width);
+          error = gpu::RunGatherGradArg(rt.backend(), Segments<Index>{csc_d.indptr, nullptr, ids_d, g.num_dst}, E,
+                                        grad_d, rt.Put(want_arg), width, go, config);
+          if (error.empty()) error = rt.Sync();
+          if (error.empty()) error = CompareExact(rt.Get(go, E * width), want_grad);
+          tally.Record(grad_name, error);
+        }
+      }
+      // Scatter by source: out[edge id] = x[source row].
+      const std::string name = prefix + " scatter" + ids_name;
+      if (Selected(name)) {
+        const Index* sids_h = with_ids && E ? g.csr_edge.data() : nullptr;
+        const Segments<Index> seg_sh{g.csr_indptr.data(), nullptr, sids_h, g.num_src};
+        const Segments<Index> seg_sd{csr_d.indptr, nullptr, with_ids ? csr_d.edge_ids : nullptr, g.num_src};
+        std::vector<T> want(E * width, T(0));
+        CpuRun(seg_sh, [&](int64_t first, int64_t last) {
+          Broadcast(seg_sh, x_src[1].data(), width, first, last, want.data());
+        });
+        T* o = rt.template Garbage<T>(E * width);
+        std::string error = gpu::RunScatter(rt.backend(), seg_sd, E, x_src_d[1], width, o, config);
+        if (error.empty()) error = rt.Sync();
+        if (error.empty()) error = CompareExact(rt.Get(o, E * width), want);
+        tally.Record(name, error);
+      }
+    }
+  }
+};
+
+// The schedule the GPU builds (CUB radix sort and scans) must equal the
+// host-built one item for item.
+#if NGRA_HARNESS_GPU
+template <typename Index>
+void CompareSchedules(const Graph<Index>& g, int64_t chunk, const std::string& prefix, Tally& tally) {
+  const std::string name = prefix + " schedule";
+  if (!Selected(name)) return;
+  EmuRuntime emu;
+  GpuRuntime dev;
+  gpu::Schedule<Index> se, sd;
+  const WalkConfig config{chunk};
+  std::string error = gpu::BuildSchedule(emu.backend(), Segments<Index>{emu.Put(g.csc_indptr), nullptr, nullptr,
+                                                                         g.num_dst}, g.num_edges, config, &se);
+  if (error.empty()) {
+    error = gpu::BuildSchedule(dev.backend(), Segments<Index>{dev.Put(g.csc_indptr), nullptr, nullptr, g.num_dst},
+                               g.num_edges, config, &sd);
+  }
+  if (error.empty()) error = dev.Sync();
+  if (error.empty()) {
+    const std::vector<Index> ce = emu.Get(se.counts, 3), cd = dev.Get(sd.counts, 3);
+    error = CompareExact(cd, ce);
+    if (error.empty()) error = CompareExact(dev.Get(sd.order, g.num_dst), emu.Get(se.order, g.num_dst));
+    if (error.empty()) error = CompareExact(dev.Get(sd.slot_start, g.num_dst), emu.Get(se.slot_start, g.num_dst));
+    if (error.empty()) {
+      const auto ie = emu.Get(se.items, ce[0]);
+      const auto id = dev.Get(sd.items, ce[0]);
+      for (int64_t i = 0; i < ce[0] && error.empty(); ++i) {
+        if (ie[i].segment != id[i].segment || ie[i].chunk != id[i].chunk || ie[i].slot != id[i].slot) {
+          error = "item " + std::to_string(i) + " differs";
+        }
+      }
+    }
+  }
+  tally.Record(name, error);
+}
+#endif
+
+// ---- Settings ----
+
+struct Size {
+  GraphSpec spec;
+  GraphSpec wide_spec;  // for widths above 128: per-edge tensors (vector weights) grow with the width
+  std::vector<int64_t> widths;
+  std::vector<int64_t> chunks;
+};
+
+template <typename Runtime, typename T, typename Index>
+void RunSetting(Runtime& rt, const Size& size, const char* type_name, Tally& tally) {
+  const Graph<Index> narrow = MakeGraph<Index>(size.spec), wide = MakeGraph<Index>(size.wide_spec);
+  for (int64_t chunk : size.chunks) {
+#if NGRA_HARNESS_GPU
+    if (std::strcmp(Runtime::kName, "gpu") == 0) {
+      CompareSchedules(narrow, chunk, std::string("gpu ") + type_name + " chunk=" + std::to_string(chunk), tally);
+    }
+#endif
+    for (int64_t width : size.widths) {
+      const Graph<Index>& g = width > 128 ? wide : narrow;
+      const std::string prefix = std::string(Runtime::kName) + " " + type_name + " d=" + std::to_string(width) +
+                                 " chunk=" + std::to_string(chunk);
+      Setting<Runtime, T, Index> s{rt, g, width, WalkConfig{chunk}, prefix, tally,
+                                   std::mt19937_64(size.spec.seed * 1000 + width)};
+      s.Upload();
+      s.AllFused();
+      s.Gathers();
+      rt.Reset();
+    }
+  }
+}
+
+template <typename Runtime>
+void RunAll(Runtime& rt, bool on_gpu, bool quick, Tally& tally) {
+  BadInput(rt, tally);
+  Size full, reduced;
+  if (on_gpu) {
+    full.spec = GraphSpec{20000, 25000, 250000, 40000, 30000, 0.1, 1};
+    full.wide_spec = GraphSpec{8000, 10000, 50000, 15000, 10000, 0.1, 1};
+    full.widths = quick ? std::vector<int64_t>{1, 32, 128} : std::vector<int64_t>{1, 16, 32, 100, 128, 602};
+    full.chunks = {16, 256};
+  } else {
+    full.spec = GraphSpec{150, 120, 900, 300, 200, 0.1, 1};
+    full.wide_spec = full.spec;
+    full.widths = quick ? std::vector<int64_t>{1, 100} : std::vector<int64_t>{1, 16, 32, 100, 128, 602};
+    full.chunks = {8, 256};
+  }
+  reduced = full;
+  reduced.spec.seed = reduced.wide_spec.seed = 2;
+  reduced.widths = {1, 100};
+  reduced.chunks = {full.chunks[0]};
+  // Both value types and both index types; the other two pairings are the
+  // same code with the other type (and cost compile time here).
+  RunSetting<Runtime, float, int32_t>(rt, full, "float/int32", tally);
+  RunSetting<Runtime, double, int64_t>(rt, reduced, "double/int64", tally);
+  // Degenerate shapes: no edges at all, and no destinations.
+  Size empty = reduced;
+  empty.spec = empty.wide_spec = GraphSpec{5, 4, 0, 0, 0, 0.0, 3};
+  empty.widths = {3};
+  RunSetting<Runtime, float, int32_t>(rt, empty, "float/int32 no-edges", tally);
+}
+
+}  // namespace
+}  // namespace harness
+}  // namespace ngra
+
+int main(int argc, char** argv) {
+  using namespace ngra::harness;
+  std::string mode = "all";
+  bool quick = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a.rfind("--mode=", 0) == 0) {
+      mode = a.substr(7);
+    } else if (a.rfind("--filter=", 0) == 0) {
+      g_filter = a.substr(9);
+    } else if (a == "--quick") {
+      quick = true;
+    } else {
+      std::fprintf(stderr, "usage: %s [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick]\n", argv[0]);
+      return 2;
+    }
+  }
+  if (mode != "emulated" && mode != "gpu" && mode != "all") {
+    std::fprintf(stderr, "--mode must be emulated, gpu or all\n");
+    return 2;
+  }
+  Tally tally;
+  if (mode != "gpu") {
+    EmuRuntime emu;
+    RunAll(emu, false, quick, tally);
+    std::printf("emulated: %lld passed, %lld failed\n", static_cast<long long>(tally.passed),
+                static_cast<long long>(tally.failed));
+  }
+  if (mode != "emulated") {
+#if NGRA_HARNESS_GPU
+    int devices = 0;
+    if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+      std::printf("gpu: no CUDA device%s\n", mode == "gpu" ? "" : " (skipped)");
+      if (mode == "gpu") return 1;
+    } else {
+      cudaDeviceProp prop;
+      cudaGetDeviceProperties(&prop, 0);
+      std::printf("gpu: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
+      const Tally before = tally;
+      GpuRuntime dev;
+      RunAll(dev, true, quick, tally);
+      std::printf("gpu: %lld passed, %lld failed\n", static_cast<long long>(tally.passed - before.passed),
+                  static_cast<long long>(tally.failed - before.failed));
+    }
+#else
+    std::printf("gpu: built without the GPU kernels%s\n", mode == "gpu" ? "" : " (skipped)");
+    if (mode == "gpu") return 1;
+#endif
+  }
+  std::printf("%lld passed, %lld failed\n", static_cast<long long>(tally.passed), static_cast<long long>(tally.failed));
+  return tally.failed == 0 ? 0 : 1;
+}

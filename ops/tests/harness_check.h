@@ -1,0 +1,107 @@
+// The harness's bookkeeping and comparisons: pass/fail tally, exact and
+// per-row relative comparisons, and a multi-threaded runner for the CPU
+// reference kernels.
+#ifndef NGRA_OPS_TESTS_HARNESS_CHECK_H_
+#define NGRA_OPS_TESTS_HARNESS_CHECK_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "ops/kernels/segments.h"
+
+namespace ngra {
+namespace harness {
+
+// ---- Bookkeeping ----
+
+struct Tally {
+  int64_t passed = 0, failed = 0;
+  void Record(const std::string& name, const std::string& error) {
+    if (error.empty()) {
+      ++passed;
+    } else {
+      ++failed;
+      if (failed <= 50) std::printf("FAIL %s: %s\n", name.c_str(), error.c_str());
+    }
+  }
+};
+
+// Cases whose name contains --filter's value (all when empty).
+inline std::string g_filter;
+inline bool Selected(const std::string& name) { return g_filter.empty() || name.find(g_filter) != std::string::npos; }
+
+// ---- Comparisons ----
+
+template <typename T>
+bool SameValue(T a, T b) {
+  return (a != a && b != b) || (a == b && std::signbit(a) == std::signbit(b));
+}
+
+template <typename T>
+std::string Mismatch(int64_t i, T got, T want) {
+  char buf[160];
+  std::snprintf(buf, sizeof(buf), "element %lld: got %.9g, want %.9g", static_cast<long long>(i),
+                static_cast<double>(got), static_cast<double>(want));
+  return buf;
+}
+
+template <typename T>
+std::string CompareExact(const std::vector<T>& got, const std::vector<T>& want) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    if (!SameValue(got[i], want[i])) return Mismatch<double>(i, static_cast<double>(got[i]), static_cast<double>(want[i]));
+  }
+  return "";
+}
+
+template <typename T>
+double Tolerance() {
+  return sizeof(T) == 4 ? 1e-4 : 1e-10;
+}
+
+// |got - want| <= tol * max(1, max |want| over the row); NaN matches NaN.
+template <typename T>
+std::string CompareClose(const std::vector<T>& got, const std::vector<T>& want, int64_t row) {
+  if (got.size() != want.size()) return "size " + std::to_string(got.size()) + " != " + std::to_string(want.size());
+  row = std::max<int64_t>(row, 1);
+  for (size_t r0 = 0; r0 < want.size(); r0 += row) {
+    double scale = 1;
+    const size_t r1 = std::min(want.size(), r0 + row);
+    for (size_t i = r0; i < r1; ++i) {
+      if (std::isfinite(static_cast<double>(want[i]))) scale = std::max(scale, std::fabs(static_cast<double>(want[i])));
+    }
+    for (size_t i = r0; i < r1; ++i) {
+      const double g = got[i], w = want[i];
+      if (std::isnan(g) && std::isnan(w)) continue;
+      if (std::isinf(w) && g == w) continue;
+      if (!(std::fabs(g - w) <= Tolerance<T>() * scale)) return Mismatch(static_cast<int64_t>(i), g, w);
+    }
+  }
+  return "";
+}
+
+// Runs fn(first, last) over edge-balanced blocks of seg on all cores (the CPU
+// reference is the slow side of a GPU run).
+template <typename Index, typename Fn>
+void CpuRun(const Segments<Index>& seg, Fn&& fn) {
+  const int threads = std::max(1u, std::thread::hardware_concurrency());
+  const std::vector<int64_t> bounds = BalancedBlocks(seg.indptr, seg.num_segments, 4 * threads);
+  const int64_t blocks = static_cast<int64_t>(bounds.size()) - 1;
+  std::vector<std::thread> pool;
+  for (int t = 0; t < threads && t < blocks; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t b = t; b < blocks; b += threads) fn(bounds[b], bounds[b + 1]);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+
+}  // namespace harness
+}  // namespace ngra
+
+#endif  // NGRA_OPS_TESTS_HARNESS_CHECK_H_

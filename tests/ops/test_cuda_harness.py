@@ -1,0 +1,76 @@
+"""The CUDA kernels' standalone harness (ops/tests/cuda_harness.cu), without TensorFlow.
+
+Where nvcc exists, every CUDA kernel source (ops/cuda/*.cu.cc) is compiled
+with it and linked into the harness, so that a compile error in any of them
+fails here (CI has nvcc but no GPU); the harness itself is host C++ (nvcc -x
+c++). Without nvcc its emulated half is built with g++. The emulated mode runs
+the GPU algorithm (schedule, chunk splitting, combine passes, argument checks)
+on the host against the CPU kernels and always runs; the GPU mode needs a GPU
+and is skipped without one.
+"""
+
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import build_cuda  # noqa: E402  (tools/ is not a package)
+
+# One architecture is enough to catch compile errors; NGRA_TF_CUDA_ARCHS overrides.
+ARCHS = build_cuda.archs_from_env(default=("90",))
+OUT = ROOT / "build" / "cuda"
+
+
+@pytest.fixture(scope="module")
+def harness():
+    """(path, built with nvcc)."""
+    if build_cuda.find_nvcc() is not None:
+        return build_cuda.build_harness(ARCHS, str(OUT)), True
+    compiler = shutil.which("g++") or shutil.which("c++")
+    if compiler is None:
+        pytest.skip("neither nvcc nor a C++ compiler is installed")
+    return build_cuda.build_harness_without_nvcc(str(OUT), compiler), False
+
+
+def run(binary, *args):
+    result = subprocess.run([binary, *args], capture_output=True, text=True, timeout=1800)
+    output = result.stdout + result.stderr
+    summary = [line for line in output.splitlines() if line.endswith("failed")]
+    return result.returncode, output, summary[-1] if summary else ""
+
+
+def gpu_present():
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return False
+    try:
+        result = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return result.returncode == 0 and "GPU" in result.stdout
+
+
+def test_emulated(harness):
+    binary, _ = harness
+    code, output, summary = run(binary, "--mode=emulated")
+    assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
+
+
+def test_gpu(harness):
+    binary, with_nvcc = harness
+    if not with_nvcc:
+        pytest.skip("nvcc not found: the harness was built without its GPU half")
+    if not gpu_present():
+        pytest.skip("no GPU (nvidia-smi -L lists none): the CUDA kernels were compiled but not run")
+    code, output, summary = run(binary, "--mode=gpu")
+    assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
+
+
+def test_bad_usage_is_refused(harness):
+    binary, _ = harness
+    code, _, _ = run(binary, "--mode=nonsense")
+    assert code == 2

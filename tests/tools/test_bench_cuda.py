@@ -1,0 +1,213 @@
+"""tools/bench_cuda.py runs on a GPU machine without TensorFlow; everything it
+does apart from the GPU is checked here: argument parsing, graph generation,
+byte accounting, the peak-bandwidth lookup, the benchmark library's C
+interface (built and loaded, not run), and the orchestration of one case
+against a numpy stand-in for CuPy and the library."""
+
+import ctypes
+import pathlib
+import sys
+import types
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
+import bench_cuda  # noqa: E402
+import build_cuda  # noqa: E402
+
+
+def check_csr(indptr, indices, n):
+    assert indptr.dtype == np.int32 and indices.dtype == np.int32
+    assert indptr[0] == 0 and indptr[-1] == indices.size and np.all(np.diff(indptr) >= 0)
+    assert indices.size == 0 or (indices.min() >= 0 and indices.max() < n)
+    for row in range(min(n, 200)):  # sorted within rows, as the CPU kernels expect
+        assert np.all(np.diff(indices[indptr[row]:indptr[row + 1]]) >= 0)
+
+
+def test_arguments():
+    args = bench_cuda.parse_args([])
+    assert args.densities == [0.0001, 0.001, 0.01, 0.1] and args.widths == [128, 602]
+    assert (args.vertices, args.edges, args.chunk) == (233_000, 23_200_000, 256)
+    quick = bench_cuda.parse_args(["--quick", "--repeats=9"])
+    assert (quick.vertices, quick.edges, quick.repeats) == (23_300, 2_320_000, 5)
+    assert bench_cuda.parse_args(["--densities=0.5", "--widths=7"]).widths == [7]
+    for bad in (["--densities=2"], ["--densities=x"], ["--widths=0"], ["--chunk=0"]):
+        with pytest.raises(SystemExit):
+            bench_cuda.parse_args(bad)
+
+
+def test_uniform_graph():
+    indptr, indices = bench_cuda.uniform_graph(1000, 5000, seed=1)
+    check_csr(indptr, indices, 1000)
+    cells = np.repeat(np.arange(1000), np.diff(indptr)) * 1000 + indices
+    assert np.unique(cells).size == 5000  # distinct cells
+    with pytest.raises(ValueError):
+        bench_cuda.uniform_graph(10, 101)
+
+
+def test_power_law_graph_is_skewed():
+    indptr, indices = bench_cuda.power_law_graph(5000, 100_000, seed=2)
+    check_csr(indptr, indices, 5000)
+    degrees = np.diff(indptr)
+    assert degrees.max() > 20 * degrees.mean() and (degrees == 0).any()
+    with pytest.raises(ValueError):
+        bench_cuda.power_law_graph(10, 10, exponent=1.0)
+
+
+def test_csr_matches_scipy():
+    rng = np.random.default_rng(3)
+    dst, src = rng.integers(0, 50, 400), rng.integers(0, 50, 400)
+    indptr, indices = bench_cuda.csr_from_edges(dst, src, 50)
+    w = rng.random(400)
+    x = rng.standard_normal((50, 4))
+    order = np.lexsort((src, dst))
+    ours = sp.csr_matrix((w[order], indices, indptr), shape=(50, 50))
+    theirs = sp.csr_matrix((w, (dst, src)), shape=(50, 50))
+    np.testing.assert_allclose(ours @ x, theirs @ x, rtol=1e-12)
+
+
+def test_traffic_bytes():
+    parts = bench_cuda.traffic_bytes(num_rows=10, nnz=100, width=8)
+    assert parts == {"indptr": 44, "indices": 400, "weights": 400, "gathered rows": 3200, "output": 320,
+                     "total": 4364}
+
+
+def test_peak_bandwidth(monkeypatch):
+    # H100 SXM: 2619 MHz HBM3 on a 5120-bit bus.
+    assert bench_cuda.peak_bandwidth_gbs(2_619_000, 5120) == pytest.approx(3352.3, rel=1e-3)
+    assert bench_cuda.peak_bandwidth_gbs(None, 5120) is None
+    assert bench_cuda.device_peak({}, "x", override=123)[0] == 123
+    assert bench_cuda.device_peak({"memoryClockRate": 2_619_000, "memoryBusWidth": 5120}, "x")[0] > 3000
+
+    def no_smi(*args, **kwargs):
+        raise OSError("no nvidia-smi")
+
+    monkeypatch.setattr(bench_cuda.subprocess, "run", no_smi)
+    assert bench_cuda.device_peak({}, "NVIDIA H100 80GB HBM3")[0] == 3350.0
+    assert bench_cuda.device_peak({}, "NVIDIA H200")[0] == 4800.0
+    assert bench_cuda.device_peak({}, "mystery")[0] is None
+
+
+def test_scratch_covers_partial_rows():
+    n, nnz, width, chunk = 1000, 10**6, 602, 256
+    assert bench_cuda.scratch_bytes(n, nnz, width, chunk) > 4 * (nnz // chunk) * width
+
+
+def test_dry_run_prints_every_case(capsys):
+    bench_cuda.main(["--dry-run", "--densities=0.0001,0.001", "--vertices=3000", "--edges=30000", "--widths=16,32"])
+    out = capsys.readouterr().out
+    assert out.count("moved without reuse") == 4 and "density 0.01%" in out and "d = 32" in out
+
+
+def test_row_formatting():
+    row = bench_cuda.format_row("x", 2.0, 1.0, 500.0, 1000.0)
+    assert "0.50x" in row and "50.0%" in row
+    assert "-" in bench_cuda.format_row("x", 2.0, None, 500.0, None)
+
+
+@pytest.mark.skipif(build_cuda.find_nvcc() is None, reason="nvcc not installed")
+def test_library_builds_and_loads(tmp_path):
+    lib = bench_cuda.load_library(["90"], str(ROOT / "build" / "cuda"))
+    assert lib.ngra_bench_create.restype is ctypes.c_void_p
+    # Without a GPU (or driver) creating a handle fails with a CUDA message, not a crash.
+    handle = lib.ngra_bench_create(None, 0, 1, 1, 0, None, None, 256, 1 << 20)
+    if handle is None:
+        assert "CUDA" in lib.ngra_bench_error().decode() or "cuda" in lib.ngra_bench_error().decode()
+    else:
+        lib.ngra_bench_destroy(handle)
+
+
+# ---- One case end to end against numpy stand-ins ----
+
+
+class FakeDevice:
+    """Just enough of CuPy, on numpy arrays; pointers are keys into a table."""
+
+    def __init__(self):
+        self.arrays = {}
+        self.float32 = np.float32
+        device = self
+
+        class Array(np.ndarray):
+            @property
+            def data(self):
+                return types.SimpleNamespace(ptr=device.register(self))
+
+        self.Array = Array
+
+        class Event:
+            def record(self):
+                pass
+
+            def synchronize(self):
+                pass
+
+        self.cuda = types.SimpleNamespace(
+            get_current_stream=lambda: types.SimpleNamespace(ptr=0), Device=lambda *a: types.SimpleNamespace(id=0),
+            Event=Event, get_elapsed_time=lambda a, b: 1.5)
+
+    def register(self, array):
+        key = id(array)
+        self.arrays[key] = array
+        return key
+
+    def asarray(self, a):
+        return np.array(a).view(self.Array)
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype).view(self.Array)
+
+    def asnumpy(self, a):
+        return np.asarray(a)
+
+
+class FakeLibrary:
+    """The C interface of cuda_bench.cu, computed with scipy."""
+
+    def __init__(self, device):
+        self.device = device
+        self.handles = {}
+
+    def ngra_bench_error(self):
+        return b"fake error"
+
+    def ngra_bench_create(self, stream, dev, n_dst, n_src, nnz, indptr, indices, chunk, scratch):
+        assert scratch >= bench_cuda.scratch_bytes(n_dst, nnz, 1, chunk)
+        key = len(self.handles) + 1
+        self.handles[key] = (self.device.arrays[indptr], self.device.arrays[indices], n_dst, n_src)
+        return key
+
+    def _spmm(self, handle, x, w, width, out):
+        indptr, indices, n_dst, n_src = self.handles[handle]
+        a = sp.csr_matrix((self.device.arrays[w], indices, indptr), shape=(n_dst, n_src))
+        self.device.arrays[out][:] = a @ self.device.arrays[x]
+        return 0
+
+    ngra_bench_spmm = ngra_bench_spmm_op = _spmm
+
+    def ngra_bench_schedule_counts(self, handle, counts):
+        counts[0], counts[1], counts[2] = 7, 1, 2
+        return 0
+
+    def ngra_bench_destroy(self, handle):
+        del self.handles[handle]
+
+
+def test_case_orchestration(monkeypatch, capsys):
+    device = FakeDevice()
+    sparse = types.ModuleType("cupyx.scipy.sparse")
+    sparse.csr_matrix = lambda args, shape: sp.csr_matrix(tuple(np.asarray(a) for a in args), shape=shape)
+    for name, module in {"cupyx": types.ModuleType("cupyx"), "cupyx.scipy": types.ModuleType("cupyx.scipy"),
+                         "cupyx.scipy.sparse": sparse}.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    lib = FakeLibrary(device)
+    args = bench_cuda.parse_args(["--repeats=2", "--warmup=1"])
+    env = {"cp": device, "lib": lib, "torch": None, "peak": 1000.0}
+    times = bench_cuda.run_case("tiny", bench_cuda.uniform_graph(300, 3000, seed=4), 16, args, env)
+    assert set(times) == {"ngra fused_gather", "ngra fused_gather (op)", "cuSPARSE SpMM (CuPy)"}
+    assert lib.handles == {}  # closed
+    out = capsys.readouterr().out
+    assert "7 work items, 1 split segments, 2 partial rows" in out and "1.00x" in out
