@@ -13,6 +13,8 @@ import numpy as np
 import tensorflow as tf
 
 tf.config.threading.set_intra_op_parallelism_threads(int(sys.argv[1]))
+# The comparison across thread counts means nothing unless the count took.
+assert tf.config.threading.get_intra_op_parallelism_threads() == int(sys.argv[1])
 
 import ngra_tf  # noqa: E402  (after the thread count is fixed)
 from ngra_tf.ops import PROGRAMS, REDUCES, fused_gather, gather, scatter  # noqa: E402
