@@ -149,9 +149,6 @@ void RunSegments(OpKernelContext* ctx, const Segments<Index>& seg, int64_t width
 
 // ---- Dispatch from attribute strings to template arguments ----
 
-template <Reduce R>
-using ReduceTag = std::integral_constant<Reduce, R>;
-
 template <typename Fn>
 absl::Status DispatchReduce(const std::string& name, Fn&& fn) {
   if (name == "sum") return fn(ReduceTag<Reduce::kSum>{});
@@ -179,24 +176,11 @@ absl::Status DispatchProgram(const std::string& name, Fn&& fn) {
       "gate_sigmoid, gate_tanh, gate_relu, type_select; got '", name, "'");
 }
 
-template <WeightKind K>
-using WeightTag = std::integral_constant<WeightKind, K>;
-
-// Programs without a weight only ever see kNone, which keeps the number of
-// template instantiations (and the build time) down.
 template <typename Program, typename Fn>
 absl::Status DispatchWeight(WeightKind kind, Fn&& fn) {
-  if constexpr (Program::kUsesWeight) {
-    switch (kind) {
-      case WeightKind::kScalar: return fn(WeightTag<WeightKind::kScalar>{});
-      case WeightKind::kVector: return fn(WeightTag<WeightKind::kVector>{});
-      case WeightKind::kBlock: return fn(WeightTag<WeightKind::kBlock>{});
-      default: break;
-    }
-    return InvalidArgument("edge_weight is required by this program");
-  } else {
-    return fn(WeightTag<WeightKind::kNone>{});
-  }
+  return WithWeightKind<Program>(kind, fn, [] {
+    return absl::Status(InvalidArgument("edge_weight is required by this program"));
+  });
 }
 
 }  // namespace ngra

@@ -22,11 +22,6 @@ namespace gpu {
 
 // ---- Dispatch from runtime ids to template arguments ----
 
-template <Reduce R>
-using ReduceTag = std::integral_constant<Reduce, R>;
-template <WeightKind K>
-using WeightTag = std::integral_constant<WeightKind, K>;
-
 template <typename Fn>
 std::string WithProgram(ProgramId id, Fn&& fn) {
   switch (id) {
@@ -54,20 +49,9 @@ std::string WithReduce(Reduce reduce, Fn&& fn) {
   return "unknown reduce";
 }
 
-// Programs without a weight only ever see kNone (fewer instantiations).
 template <typename Program, typename Fn>
 std::string WithWeight(WeightKind kind, Fn&& fn) {
-  if constexpr (Program::kUsesWeight) {
-    switch (kind) {
-      case WeightKind::kScalar: return fn(WeightTag<WeightKind::kScalar>{});
-      case WeightKind::kVector: return fn(WeightTag<WeightKind::kVector>{});
-      case WeightKind::kBlock: return fn(WeightTag<WeightKind::kBlock>{});
-      default: break;
-    }
-    return "edge_weight is required by this program";
-  } else {
-    return fn(WeightTag<WeightKind::kNone>{});
-  }
+  return WithWeightKind<Program>(kind, fn, [] { return std::string("edge_weight is required by this program"); });
 }
 
 // ---- Scratch memory ----

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 #include <vector>
 
 #include "ops/kernels/programs.h"
@@ -22,6 +23,29 @@
 namespace ngra {
 
 enum class WeightKind { kNone, kScalar, kVector, kBlock };
+
+// Attribute values as template arguments, for dispatch.
+template <Reduce R>
+using ReduceTag = std::integral_constant<Reduce, R>;
+template <WeightKind K>
+using WeightTag = std::integral_constant<WeightKind, K>;
+
+// fn(WeightTag<kind>) for a program that reads weights, or missing() when
+// it needs one and has none. Programs without a weight only ever see kNone,
+// which keeps the number of template instantiations (and build time) down.
+template <typename Program, typename Fn, typename Missing>
+auto WithWeightKind(WeightKind kind, Fn&& fn, Missing&& missing) {
+  if constexpr (Program::kUsesWeight) {
+    switch (kind) {
+      case WeightKind::kScalar: return fn(WeightTag<WeightKind::kScalar>{});
+      case WeightKind::kVector: return fn(WeightTag<WeightKind::kVector>{});
+      case WeightKind::kBlock: return fn(WeightTag<WeightKind::kBlock>{});
+      default: return missing();
+    }
+  } else {
+    return fn(WeightTag<WeightKind::kNone>{});
+  }
+}
 
 // The dense operands of a fused gather. Row-major, no padding.
 template <typename T>
