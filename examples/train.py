@@ -17,6 +17,7 @@ from absl import app, flags, logging
 
 import ngra_tf
 from ngra_tf import recipes
+from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
 
 FLAGS = flags.FLAGS
@@ -31,8 +32,14 @@ flags.DEFINE_float("weight_decay", None, "L2 on the first layer's kernels (defau
 flags.DEFINE_float("dropout", None, "Dropout rate (default: the recipe's).", lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("patience", None, "Early-stopping patience on validation loss; 0 disables "
                      "(default: the recipe's).", lower_bound=0)
-flags.DEFINE_integer("chunks", 1, "Vertex intervals P (P x P edge chunks). The chunk compiler is not wired "
-                     "in yet: values other than 1 are rejected.", lower_bound=1)
+flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks.",
+                     lower_bound=1)
+flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps (NGra §6.2): ngra (column by "
+                  "column, ApplyVertex as each column completes), stage (all chunks, then all ApplyVertex) or "
+                  "dest-order (row by row).")
+flags.DEFINE_list("rewrites", list(REWRITES), "Compiler rewrites to apply, from " + ", ".join(REWRITES)
+                  + "; 'none' for none.")
+flags.DEFINE_bool("explain", False, "Print the compiled plan of every graph layer before training.")
 flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout, synthetic data).")
 flags.DEFINE_integer("runs", 1, "Train this many times with seeds seed, seed+1, ... and report the mean.",
                      lower_bound=1)
@@ -67,13 +74,18 @@ def train_once(dataset, seed):
         dropout=base.dropout if FLAGS.dropout is None else FLAGS.dropout,
         patience=base.patience if FLAGS.patience is None else (FLAGS.patience or None))
     graph = recipes.prepare_graph(FLAGS.model, dataset.graph)
-    model = recipes.build_model(FLAGS.model, graph, dataset.num_classes, recipe=recipe)
+    rewrites = [] if FLAGS.rewrites == ["none"] else FLAGS.rewrites
+    model = recipes.build_model(FLAGS.model, graph, dataset.num_classes, recipe=recipe, chunks=FLAGS.chunks,
+                                schedule=FLAGS.schedule, rewrites=rewrites)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features = dataset.features
     features = np.asarray(features.todense() if hasattr(features, "todense") else features, np.float32)
     features /= np.maximum(features.sum(axis=1, keepdims=True), 1e-12)  # row-normalise
     train, val, test = masks(dataset)
+    if FLAGS.explain:
+        model.build(features.shape)
+        model.explain()
     callbacks = []
     if recipe.patience:
         callbacks.append(keras.callbacks.EarlyStopping("val_loss", patience=recipe.patience,
@@ -94,8 +106,9 @@ def train_once(dataset, seed):
 
 def main(argv):
     del argv
-    if FLAGS.chunks != 1:
-        raise app.UsageError("--chunks > 1 needs the chunk compiler, which is not wired into training yet")
+    unknown = set(FLAGS.rewrites) - set(REWRITES) - {"none"}
+    if unknown:
+        raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
     logging.set_verbosity(logging.WARNING)
     dataset = load(FLAGS.dataset, FLAGS.seed)
     accuracies = [train_once(dataset, FLAGS.seed + run) for run in range(FLAGS.runs)]

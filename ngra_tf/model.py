@@ -1,6 +1,7 @@
 """GraphModel: a Keras model over one fixed graph, trained full-graph.
 
-    model = ngra_tf.GraphModel(graph, [GCN(16, activation="relu"), keras.layers.Dropout(0.5), GCN(7)])
+    model = ngra_tf.GraphModel(graph, [GCN(16, activation="relu"), keras.layers.Dropout(0.5), GCN(7)],
+                               chunks=4)  # optional: 4 x 4 edge chunks, NGra's schedule, all rewrites
     model.compile(optimizer="adam", loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
     model.fit(features, labels, sample_weight=train_mask, epochs=200,
               validation_data=(features, labels, val_mask))
@@ -22,6 +23,7 @@ import keras
 import numpy as np
 import tensorflow as tf
 
+from ngra_tf.compiler import SCHEDULES, parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf.layers.saga import SAGALayer
 
@@ -42,26 +44,57 @@ def masked_loss(from_logits: bool = True):
 class GraphModel(keras.Model):
     """A stack of layers over `graph`; SAGA layers propagate, others act per vertex."""
 
-    def __init__(self, graph: Graph | None, layers, **kwargs):
+    def __init__(self, graph: Graph | None, layers, chunks: int = 1, schedule: str = "ngra", rewrites=True,
+                 **kwargs):
         super().__init__(**kwargs)
         if graph is not None and not isinstance(graph, Graph):
             raise TypeError(f"graph must be an ngra_tf.Graph, got {type(graph).__name__}")
+        if isinstance(chunks, bool) or int(chunks) != chunks or chunks < 1:
+            raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+        if schedule not in SCHEDULES:
+            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
+        self.chunks, self.schedule = int(chunks), schedule
+        self.rewrites = sorted(parse_rewrites(rewrites))  # validated; a list keeps the config JSON-friendly
         self.graph = graph
         self.graph_layers = list(layers)
         if not self.graph_layers:
             raise ValueError("a GraphModel needs at least one layer")
         self._pending_input_shape = None
 
-    def call(self, features, training=None):
+    @property
+    def partition(self):
+        """The graph cut into chunks x chunks edge chunks (made once, then cached by the graph)."""
         if self.graph is None:
             raise ValueError("this GraphModel has no graph; pass one to the constructor")
+        return self.graph.partition(self.chunks)
+
+    def call(self, features, training=None):
+        partition = self.partition
         x = features
         for layer in self.graph_layers:
             if isinstance(layer, SAGALayer):
-                x = layer(x, graph=self.graph, training=training)
+                x = layer(x, graph=partition, training=training, schedule=self.schedule, rewrites=self.rewrites)
             else:
                 x = layer(x, training=training)
         return x
+
+    def explain(self, print_fn=print) -> str:
+        """Prints (and returns) the plan: chunks, schedule, and per SAGA layer its
+        typing, what was hoisted, whether the edge stage was fused (or why not)
+        and whether it propagates at a narrower width."""
+        if not self.built:
+            raise ValueError("explain() describes a built model: call model.build(features.shape), "
+                             "fit, evaluate or predict first")
+        p, g = self.partition, self.graph
+        nonempty = int((p.edge_counts > 0).sum())
+        lines = [f"{self.name}: {g.num_vertices} vertices, {g.num_edges} edges, "
+                 f"{p.num_parts}x{p.num_parts} chunks ({nonempty} non-empty, edge imbalance "
+                 f"{p.imbalance_after:.2f}), schedule {self.schedule}"]
+        lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
+        text = "\n".join(lines)
+        if print_fn is not None:
+            print_fn(text)
+        return text
 
     # ---- full-graph training ----
 
@@ -133,13 +166,17 @@ class GraphModel(keras.Model):
         return {
             "name": self.name,
             "layers": [keras.saving.serialize_keras_object(layer) for layer in self.graph_layers],
+            "chunks": self.chunks,
+            "schedule": self.schedule,
+            "rewrites": list(self.rewrites),
         }
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         layers = [keras.saving.deserialize_keras_object(c, custom_objects=custom_objects)
                   for c in config["layers"]]
-        return cls(None, layers, name=config.get("name"))
+        return cls(None, layers, chunks=config.get("chunks", 1), schedule=config.get("schedule", "ngra"),
+                   rewrites=config.get("rewrites", True), name=config.get("name"))
 
     def get_build_config(self):
         return {"input_shape": self._input_shape} if self.built else {}

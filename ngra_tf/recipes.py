@@ -61,8 +61,10 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
 
 
 def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None = None,
-                recipe: Recipe | None = None) -> GraphModel:
-    """A two-graph-layer classifier producing logits (hidden: the recipe's by default)."""
+                recipe: Recipe | None = None, **options) -> GraphModel:
+    """A two-graph-layer classifier producing logits (hidden: the recipe's by default).
+
+    options go to GraphModel: chunks, schedule, rewrites."""
     _check_name(model)
     recipe = recipe or RECIPES[model]
     hidden = hidden or recipe.hidden
@@ -93,7 +95,7 @@ def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None =
         if isinstance(layer, layers.SAGALayer) or layer is stack[0]:
             with_dropout.append(keras.layers.Dropout(drop))
         with_dropout.append(layer)
-    return GraphModel(graph, with_dropout, name=model)
+    return GraphModel(graph, with_dropout, name=model, **options)
 
 
 def _check_name(model):

@@ -185,7 +185,11 @@ class Graph:
         """Splits the graph into num_parts vertex intervals and P x P edge chunks."""
         from ngra_tf.graph.partition import Partition  # Partition builds on Graph.
 
-        return Partition(self, num_parts, reencode=reencode)
+        cache = self.__dict__.setdefault("_partitions", {})  # a graph is immutable: so are its partitions
+        key = (num_parts, bool(reencode))
+        if key not in cache:
+            cache[key] = Partition(self, num_parts, reencode=reencode)
+        return cache[key]
 
     def __repr__(self):
         data = "" if self.edge_data is None else f", edge_data={self.edge_data.dtype}{list(self.edge_data.shape)}"

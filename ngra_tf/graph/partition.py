@@ -98,6 +98,7 @@ class Partition:
         self.imbalance_after = _imbalance(counts)
         for array in (self.order, self.position, self.bounds, self.edge_counts):
             array.flags.writeable = False
+        self.identity_order = bool(np.array_equal(self.order, np.arange(n)))
         self._chunks = self._build_chunks(part_of)
 
     def _build_chunks(self, part_of: np.ndarray):
@@ -109,6 +110,10 @@ class Partition:
         by_cell = np.argsort(cell, kind="stable")
         starts = np.searchsorted(cell[by_cell], np.arange(P * P + 1))
         sizes = np.diff(self.bounds)
+        if P == 1 and self.identity_order:  # the graph itself: share its index arrays
+            edges = np.arange(g.num_edges)
+            edges.flags.writeable = False
+            return [[Chunk(0, 0, g.adjacency, edges, g.edge_data)]]
         chunks = []
         for i in range(P):
             row = []
@@ -135,6 +140,14 @@ class Partition:
     def vertices(self, part: int) -> np.ndarray:
         """The original ids of interval `part`, in local-id order."""
         return self.order[self.bounds[part]:self.bounds[part + 1]]
+
+    def vertices_tensor(self, part: int):
+        """vertices(part) as a cached int tensor (made eagerly)."""
+        return _cached_tensor(self, f"_vertices_{part}", self.vertices(part))
+
+    def position_tensor(self):
+        """position as a cached int tensor: gathers interval-ordered rows back into user order."""
+        return _cached_tensor(self, "_position", self.position)
 
     def split(self, x):
         """Vertex rows in original order -> a list of per-interval row blocks."""

@@ -19,6 +19,10 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
+from ngra_tf.compiler import plan
+from ngra_tf.compiler.edges import NO_EDGE_DATA
+from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
+from ngra_tf.graph.partition import Partition
 from ngra_tf.ops import propagation
 from ngra_tf.ops.softmax import edge_softmax
 
@@ -71,8 +75,7 @@ class EdgeView:
     @property
     def data(self):
         if getattr(self.graph, "edge_data", None) is None:
-            raise ValueError("apply_edge reads edge.data, but the graph has no edge data; "
-                             "build it with Graph.from_edges(..., edge_data=...) or graph.with_edge_data(...)")
+            raise ValueError(NO_EDGE_DATA)
         data = self.graph.edge_data_tensor()
         # Float data (weights) comes in the vertices' dtype, so that
         # edge.src * edge.data works whatever precision the graph was built
@@ -88,6 +91,13 @@ class EdgeView:
     def softmax(self, scores):
         """softmax of per-edge scores over each destination's in-edges."""
         return edge_softmax(self.graph, scores)
+
+
+def _whole(graph):
+    """A Graph as a one-chunk partition (cached on the graph)."""
+    if not hasattr(graph, "partition"):
+        raise TypeError(f"graph must be an ngra_tf.Graph or a Partition, got {type(graph).__name__}")
+    return graph.partition(1)
 
 
 class SAGALayer(keras.layers.Layer):
@@ -110,6 +120,9 @@ class SAGALayer(keras.layers.Layer):
             self.accumulator = accumulator
         self._reduces = parse_accumulator(self.accumulator)
         self._edge_signature = None  # (trailing shape, dtype) of the last graph's edge data
+        self._programs = {}  # compiled programs by input signature and options
+        self._probed = False
+        self.program = None  # the last compiled program (explain() shows it)
 
     # ---- the user's two stages ----
 
@@ -127,10 +140,22 @@ class SAGALayer(keras.layers.Layer):
         # Subclasses make their weights here; sublayers build on first call.
         super().build(input_shape)
 
-    def call(self, inputs, graph=None):
+    def call(self, inputs, graph=None, training=None, schedule="ngra", rewrites=True):
+        """The layer over `graph` (a Graph, or a Partition to run chunk by chunk).
+
+        The first call for a given input signature traces apply_edge and
+        apply_vertex and compiles them (ngra_tf.compiler); `schedule` orders
+        the chunk steps and `rewrites` picks the rewrites (True: all).
+        """
         if graph is None:
             raise ValueError(f"{type(self).__name__} must be called with the graph it runs over: "
                              "layer(x, graph=graph), or inside an ngra_tf.GraphModel")
+        partition = graph if isinstance(graph, Partition) else _whole(graph)
+        program = self.compiled(inputs, partition.graph, rewrites, training)
+        return plan.run(program, partition, inputs, self.variables, schedule)
+
+    def compiled(self, inputs, graph, rewrites=True, training=None) -> LayerProgram:
+        """The compiled program for vertex rows like `inputs` over a graph like `graph` (cached)."""
         rows = inputs.shape[0]
         if rows is not None and rows != graph.num_vertices:
             raise ValueError(f"{self.name}: the input has {rows} rows but the graph has "
@@ -138,14 +163,35 @@ class SAGALayer(keras.layers.Layer):
         data = getattr(graph, "edge_data", None)
         if data is not None:
             self._edge_signature = (data.shape[1:], data.dtype)
+        vertex_spec = tf.TensorSpec([None] + list(inputs.shape[1:]), inputs.dtype)
+        data_spec = None
+        if data is not None:
+            dtype = tf.as_dtype(data.dtype)
+            data_spec = tf.TensorSpec([None] + list(data.shape[1:]), inputs.dtype if dtype.is_floating else dtype)
+        key = (vertex_spec, data_spec, parse_rewrites(rewrites), bool(training))
+        if key not in self._programs:
+            if not self._probed:
+                self.compute_output_shape(tuple(inputs.shape))  # builds sublayers, eagerly
+            self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites)
+        self.program = self._programs[key]
+        return self.program
+
+    def explain(self) -> str:
+        """What the compiler made of this layer: typing, hoisting, fusion, narrowing."""
+        if self.program is None:
+            return f"layer {self.name}: not compiled yet (call it, or build the model, first)"
+        return "\n".join(self.program.describe())
+
+    def _call_direct(self, inputs, graph):
+        """The four stages over the whole graph, as written: no tracing, no chunks.
+
+        Used on the probe graph to build sublayers and measure the output shape.
+        """
         edge = EdgeView(graph, inputs)
-        with tf.name_scope("ApplyEdge"):
-            messages = self.apply_edge(edge)
-        with tf.name_scope("Gather"):
-            gathered = [propagation.gather(graph, messages, reduce=r) for r in self._reduces]
-            accum = gathered[0] if len(gathered) == 1 else tf.concat(gathered, axis=-1)
-        with tf.name_scope("ApplyVertex"):
-            return self.apply_vertex(inputs, accum)
+        messages = self.apply_edge(edge)
+        gathered = [propagation.gather(graph, messages, reduce=r) for r in self._reduces]
+        accum = gathered[0] if len(gathered) == 1 else tf.concat(gathered, axis=-1)
+        return self.apply_vertex(inputs, accum)
 
     def compute_output_shape(self, input_shape):
         """Found by running the layer on a two-vertex probe graph.
@@ -162,7 +208,10 @@ class SAGALayer(keras.layers.Layer):
         shape, dtype = self._edge_signature or ((), np.float32)
         probe = Graph.from_edges([0, 1, 0], [1, 0, 0], 2, edge_data=np.zeros((3,) + tuple(shape), dtype))
         with tf.init_scope():
-            out = self(tf.zeros((2,) + tuple(input_shape[1:]), self.compute_dtype), graph=probe)
+            if not self.built:
+                self.build(tuple(input_shape))
+            out = self._call_direct(tf.zeros((2,) + tuple(input_shape[1:]), self.compute_dtype), probe)
+        self._probed = True
         return (input_shape[0],) + tuple(out.shape[1:])
 
     def get_config(self):

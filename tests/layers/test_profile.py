@@ -10,6 +10,8 @@ event after its node ("StatefulPartitionedCall/gcn_1/gcn_1/Gather/NgraGather:Ngr
 import subprocess
 import sys
 
+import pytest
+
 import layer_checks as lc
 
 STAGES = ("Scatter", "ApplyEdge", "Gather", "ApplyVertex")
@@ -32,22 +34,40 @@ def event_names(path):
     return None, names
 
 
-def test_profile_trace_has_the_stage_names(tmp_path):
-    done = subprocess.run([sys.executable, str(lc.ROOT / "examples" / "train.py"), "--model=gcn", "--dataset=cora",
-                           "--epochs=6", f"--profile_dir={tmp_path}"],
+def profile(tmp_path, *args):
+    done = subprocess.run([sys.executable, str(lc.ROOT / "examples" / "train.py"), "--dataset=cora", "--epochs=6",
+                           f"--profile_dir={tmp_path}", *args],
                           capture_output=True, text=True, timeout=180, env=lc.subprocess_env(), cwd=lc.ROOT)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "test accuracy" in done.stdout and f"profile written under {tmp_path}" in done.stdout
     traces = sorted(tmp_path.glob("**/*.xplane.pb"))
     assert traces, sorted(str(p) for p in tmp_path.rglob("*"))
-    found, names = event_names(traces[0])
+    return event_names(traces[0])
+
+
+def test_profile_trace_has_the_stage_names(tmp_path):
+    """GAT's edge stage has a softmax, so it runs unfused: all four stages appear."""
+    found, names = profile(tmp_path, "--model=gat")
     if names is None:
         assert found == set(STAGES)
         return
     for stage in STAGES:
         assert any(f"/{stage}/" in name for name in names), (stage, sorted(names)[:50])
-    # The kernels themselves sit in their stage: forward Scatter and Gather ops.
-    assert any("/ApplyEdge/Scatter/NgraScatter" in name for name in names)
+    # The kernels themselves sit in their stage: forward Scatter and Gather ops,
+    assert any("/Scatter/NgraScatter" in name for name in names)
     assert any("/Gather/NgraGather" in name and "gradient_tape" not in name for name in names)
+    # the hoisted part of ApplyEdge has a scope of its own,
+    assert any("/ApplyEdge/Hoisted/" in name for name in names)
     # and the backward pass keeps the scopes too.
     assert any("gradient_tape" in name and "/ApplyVertex/" in name for name in names)
+
+
+def test_profile_trace_shows_chunks_and_fused_gathers(tmp_path):
+    """GCN fuses: each chunk step C{i}_{j} is one fused gather; ApplyVertex per interval V{j}."""
+    _, names = profile(tmp_path, "--model=gcn", "--chunks=2")
+    if names is None:
+        pytest.skip("no xplane parser in this TensorFlow")
+    for i in range(2):
+        for j in range(2):
+            assert any(f"/C{i}_{j}/FusedGather/NgraFusedGather" in name for name in names), (i, j)
+        assert any(f"/V{i}/ApplyVertex/" in name for name in names), i

@@ -43,7 +43,7 @@ class Attend(ngra_tf.SAGALayer):
         self.out = self.add_weight(name="out", shape=(2 * width + width, 3))
 
     def apply_edge(self, edge):
-        assert edge.num_edges == edge.src.shape[0] == edge.dst.shape[0]
+        assert edge.src.shape[1:] == edge.dst.shape[1:]  # rows: a chunk's edges, so not known when traced
         scores = tf.reduce_sum((edge.dst @ self.q) * edge.src, -1) + edge.data
         return edge.softmax(scores)[:, None] * edge.src
 
@@ -89,14 +89,22 @@ def test_accumulator_from_class_attribute_and_constructor():
     assert ngra_tf.SAGALayer(accumulator=" sum | max ")._reduces == ("sum", "max")
 
 
+def traced_op_names(layer, graph, width, **options):
+    fn = tf.function(lambda x: layer(x, graph=graph, **options), autograph=False)
+    return [op.name for op in fn.get_concrete_function(tf.TensorSpec((graph.num_vertices, width))).graph.get_operations()]
+
+
 def test_name_scopes_of_the_four_stages_in_a_traced_graph():
     edges = lc.random_edges(seed=22)
     layer = layers.GatedGCN(3)
-    fn = tf.function(lambda x: layer(x, graph=edges.graph), autograph=False)
-    ops = [op.name for op in fn.get_concrete_function(tf.TensorSpec((edges.num_vertices, 4))).graph.get_operations()]
+    ops = traced_op_names(layer, edges.graph, 4, rewrites=False)  # unfused: the four stages as written
     for stage in ("Scatter", "ApplyEdge", "Gather", "ApplyVertex"):
         assert any(f"/{stage}/" in name for name in ops), (stage, ops)
     assert any("Scatter/NgraScatter" in name for name in ops) and any("Gather/NgraGather" in name for name in ops)
+    ops = traced_op_names(layer, edges.graph, 4)  # rewritten: gates hoisted, the edge stage fused
+    assert any("/ApplyEdge/Hoisted/" in name and name.endswith("MatMul") for name in ops), ops
+    assert any("/FusedGather/NgraFusedGather" in name for name in ops)
+    assert not any("NgraScatter" in name for name in ops)
 
 
 # ---- compute_output_shape ----

@@ -53,8 +53,8 @@ def test_example_helpfull_documents_the_flags():
     text = done.stdout
     assert "Trains a SAGA-NN model" in text
     for flag in ("model", "dataset", "epochs", "hidden", "lr", "weight_decay", "dropout", "patience", "chunks",
-                 "seed", "runs", "profile_dir", "verbose"):
-        assert f"--{flag}:" in text, flag
+                 "schedule", "rewrites", "explain", "seed", "runs", "profile_dir", "verbose"):
+        assert f"--{flag}:" in text or f"--[no]{flag}:" in text, flag
     assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat>" in text
     for preset in datasets.PRESETS:
         assert preset in text
@@ -83,11 +83,22 @@ def test_example_train_once_on_synthetic_preset(example, tiny_pubmed, model, cap
     assert 0.0 <= accuracy <= 1.0
 
 
-def test_example_rejects_chunks(example):
+def test_example_chunks_schedule_and_rewrites_do_not_change_training(example, tiny_pubmed, capsys):
+    accuracies = []
+    for args in ([], ["--chunks=3", "--schedule=dest-order", "--explain"], ["--chunks=2", "--rewrites=none"]):
+        example.FLAGS(["train.py", "--model=ggcn", "--dataset=pubmed", "--epochs=3", "--hidden=8", *args])
+        accuracies.append(example.train_once(tiny_pubmed, seed=0))
+        example.FLAGS.unparse_flags()
+    out = capsys.readouterr().out
+    assert "3x3 chunks" in out and "fused_gather program gate_sigmoid" in out  # --explain
+    assert accuracies[0] == accuracies[1] == accuracies[2]
+
+
+def test_example_rejects_unknown_rewrites(example):
     from absl import app  # noqa: PLC0415
 
-    example.FLAGS(["train.py", "--chunks=2"])
-    with pytest.raises(app.UsageError, match="chunk compiler"):
+    example.FLAGS(["train.py", "--rewrites=hoist,inline"])
+    with pytest.raises(app.UsageError, match="inline"):
         example.main([])
 
 

@@ -1,0 +1,301 @@
+"""A SAGA layer compiled for chunked execution: its two traced stages and the rewrites.
+
+`compile_layer` traces apply_edge and apply_vertex, types their tensors and
+decides, independently of any particular graph:
+
+- Rewrite 1, hoisting (NGra §3.2): the S and D sub-graphs of apply_edge
+  (and the vertex-only sub-graph of apply_vertex) run once per vertex, before
+  the chunk loop, instead of once per edge (once per interval). What stays
+  per edge starts from the *frontier*: the S/D tensors an E op consumes.
+- Rewrite 2, fusion: when what stays per edge is one element-wise pattern a
+  fused_gather program computes, Scatter-ApplyEdge-Gather becomes one
+  fused_gather per chunk; otherwise the chunk scatters the frontier, replays
+  the edge ops and gathers.
+- Rewrite 3, narrowing: when the fused edge stage is linear in edge.src
+  (copy, or a scalar weight per edge), the accumulator is sum or mean, and
+  apply_vertex begins with `accum @ W` where W narrows the rows, W is applied
+  to the source rows before propagating (the matmul and the propagation
+  commute), so narrower rows move.
+
+`LayerProgram.describe()` says what was decided and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import tensorflow as tf
+
+from ngra_tf.compiler.edges import TracedEdgeView
+from ngra_tf.compiler.trace import EDGES, Trace, trace_stage
+
+REWRITES = ("hoist", "fuse", "narrow")
+_MATMULS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
+_GATES = {"Sigmoid": "gate_sigmoid", "Tanh": "gate_tanh", "Relu": "gate_relu"}
+_PAIRS = {"AddV2": "src_add_dst", "Add": "src_add_dst", "Sub": "src_sub_dst", "Mul": "src_mul_dst"}
+
+
+def parse_rewrites(rewrites) -> frozenset:
+    """True (all), False/None (none) or a collection of names from REWRITES."""
+    if rewrites is True:
+        return frozenset(REWRITES)
+    if rewrites is False or rewrites is None:
+        return frozenset()
+    names = frozenset([rewrites] if isinstance(rewrites, str) else rewrites)
+    unknown = names - set(REWRITES)
+    if unknown:
+        raise ValueError(f"rewrites must be True, False or a subset of {REWRITES}; got unknown {sorted(unknown)}")
+    return names
+
+
+@dataclasses.dataclass(frozen=True)
+class Fused:
+    """One fused_gather per chunk: program(x_src rows, x_dst rows, per-edge operand)."""
+
+    program: str
+    src: tuple  # frontier tensors forming x_src (two for the gates: a, c)
+    dst: object = None  # the frontier tensor forming x_dst
+    edge_operand: object = None  # a tensor of edge data only: the weight or the type
+    weight_shape: tuple = ()  # the per-edge weight's shape after the edge axis
+
+
+@dataclasses.dataclass
+class LayerProgram:
+    """A compiled layer: what runs per vertex, per chunk edge and per interval."""
+
+    name: str
+    reduces: tuple
+    rewrites: frozenset
+    edge: Trace
+    vertex: Trace
+    src_frontier: list  # apply_edge tensors computed on source vertex rows
+    dst_frontier: list  # ... on destination vertex rows
+    vertex_frontier: list  # apply_vertex tensors computed on all vertex rows
+    edge_ops: list  # traced ops left to run per edge (when not fused)
+    fused: Fused | None
+    why_not_fused: str | None
+    narrow: object | None  # apply_vertex's leading MatMul op, moved before propagation
+    why_not_narrow: str | None
+
+    @property
+    def chunkable(self) -> bool:
+        return not self.edge.mixing_ops
+
+    def accum_spec(self):
+        """(feature shape, dtype) of what the chunks accumulate, per reducer."""
+        source = self.narrow.outputs[0] if self.narrow is not None else self.edge.output
+        return list(source.shape[1:]), source.dtype
+
+    def describe(self) -> list:
+        """Lines for explain(): typing, hoisting, fusion and narrowing."""
+        lines = [f"layer {self.name}: accumulator {'|'.join(self.reduces)}, "
+                 f"rewrites {', '.join(sorted(self.rewrites)) or 'off'}"]
+        lines.append("  typing: " + _typing_line(self.edge))
+        hoisted = _hoisted_ops(self.edge, self.src_frontier + self.dst_frontier)
+        hoisted += _hoisted_ops(self.vertex, self.vertex_frontier)
+        lines.append("  hoisted to the vertex stage: " + (", ".join(hoisted) if hoisted else "nothing"))
+        per_edge = [op.type for op in self.edge_ops]
+        matmuls = sum(t in _MATMULS for t in per_edge)
+        lines.append(f"  edge stage: {len(per_edge)} ops per edge, {matmuls} matmuls"
+                     + (f" ({', '.join(per_edge)})" if per_edge else ""))
+        if self.fused is not None:
+            lines.append(f"  fused: yes, fused_gather program {self.fused.program}")
+        else:
+            lines.append(f"  fused: no, {self.why_not_fused}")
+        if self.narrow is not None:
+            w_in, w_out = self.narrow.inputs[0].shape[-1], self.narrow.outputs[0].shape[-1]
+            lines.append(f"  narrowed: yes, accum @ W applied before propagating ({w_in} -> {w_out} wide rows)")
+        else:
+            lines.append(f"  narrowed: no, {self.why_not_narrow}")
+        if not self.chunkable:
+            name, reason = self.edge.mixing_ops[0]
+            lines.append(f"  chunks: 1 only, {name} mixes edges ({reason})")
+        return lines
+
+
+def _typing_line(trace: Trace) -> str:
+    """'src:S data:E | MatMul:S AddV2:E ... -> message:E': the inputs, then each distinct op and kind."""
+    used = {t.name for op in trace.ops_between([], [trace.output]) for t in op.inputs} | {trace.output.name}
+    inputs = [f"{name}:{trace.kind(t)}" for name, t in trace.inputs.items() if t.name in used]
+    seen, ops = set(), []
+    for op in trace.ops_between([], [trace.output]):
+        if op.name in trace.markers:
+            label = f"edge.{trace.markers[op.name]}:E"
+        elif op.type in ("Placeholder", "Const", "NoOp", "ReadVariableOp", "Identity") or not op.outputs:
+            continue
+        else:
+            label = f"{op.type}:{trace.kind(op.outputs[0])}"
+        if label not in seen and not label.endswith(":P"):
+            seen.add(label)
+            ops.append(label)
+    return f"{' '.join(inputs)} | {' '.join(ops) or 'no ops'} -> message:{trace.kind(trace.output)}"
+
+
+def _hoisted_ops(trace: Trace, frontier) -> list:
+    inputs = [t.name for t in trace.inputs.values()]
+    ops = trace.ops_between(inputs, frontier)
+    return [f"{op.type}:{trace.kind(op.outputs[0])}" for op in ops
+            if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity", "StridedSlice")
+            and trace.kind(op.outputs[0]) != "P"]
+
+
+def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | None, rewrites) -> LayerProgram:
+    """Traces and analyses `layer` for vertex rows like vertex_spec and edge data like data_spec."""
+    rewrites = parse_rewrites(rewrites)
+    markers = {}
+    specs = {"src": vertex_spec, "dst": vertex_spec}
+    if data_spec is not None:
+        specs["data"] = data_spec
+
+    def edge_fn(src, dst, data=None):
+        with tf.name_scope("ApplyEdge"):
+            return layer.apply_edge(TracedEdgeView(src, dst, data, markers))
+
+    edge = trace_stage(edge_fn, specs, markers)
+    accum_width = list(edge.output.shape[1:])
+    if accum_width:
+        accum_width[-1] *= len(layer._reduces)
+    accum_spec = tf.TensorSpec([None] + accum_width, edge.output.dtype)
+    vertex = trace_stage(lambda vertex, accum: layer.apply_vertex(vertex, accum),
+                         {"vertex": vertex_spec, "accum": accum_spec})
+
+    src_frontier, dst_frontier = _edge_frontier(edge, "hoist" in rewrites)
+    fused, why_not = (_match_fused(edge, src_frontier, dst_frontier) if "fuse" in rewrites
+                      else (None, "fusion is off"))
+    known = [t.name for t in src_frontier + dst_frontier] + ([edge.inputs["data"].name] if "data" in edge.inputs else [])
+    edge_ops = [] if fused is not None else [
+        op for op in edge.ops_between(known, [edge.output])
+        if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity")]
+    narrow, why_not_narrow = _match_narrow(edge, vertex, fused, tuple(layer._reduces), "narrow" in rewrites)
+    vertex_frontier = _frontier(vertex, {"V"}, "hoist" in rewrites)
+    return LayerProgram(layer.name, tuple(layer._reduces), rewrites, edge, vertex, src_frontier, dst_frontier,
+                        vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow)
+
+
+def _frontier(trace: Trace, kinds, hoist: bool):
+    """Tensors of the given kinds that the rest of the stage reads.
+
+    Hoisting on: the largest sub-graphs of those kinds (their results, where
+    another kind of op consumes them). Off: the stage inputs themselves.
+    """
+    if not hoist:
+        inputs = [t for t in trace.inputs.values() if trace.kind(t) in kinds]
+        needed = {t.name for op in trace.ops_between([], [trace.output]) for t in op.inputs}
+        return [t for t in inputs if t.name in needed or t is trace.output]
+    frontier, seen = [], set()
+
+    def add(tensor):
+        if tensor.name not in seen:
+            seen.add(tensor.name)
+            frontier.append(tensor)
+
+    if trace.kind(trace.output) in kinds:
+        add(trace.output)
+    for op in trace.ops_between([], [trace.output]):
+        if op.outputs and trace.kind(op.outputs[0]) not in kinds:
+            for tensor in op.inputs:
+                if trace.kind(tensor) in kinds:
+                    add(tensor)
+    return frontier
+
+
+def _edge_frontier(edge: Trace, hoist: bool):
+    return _frontier(edge, {"S"}, hoist), _frontier(edge, {"D"}, hoist)
+
+
+def _strip(tensor):
+    while tensor.op.type == "Identity" and tensor.op.inputs:
+        tensor = tensor.op.inputs[0]
+    return tensor
+
+
+def _match_fused(edge: Trace, src_frontier, dst_frontier):
+    """(Fused, None) when the per-edge part is one fused_gather program, else (None, why not)."""
+    if edge.markers:
+        return None, "edge.softmax normalises over each destination's in-edges, which no fused program does"
+    src_names, dst_names = {t.name for t in src_frontier}, {t.name for t in dst_frontier}
+
+    def is_src(t):
+        return t.name in src_names
+
+    def is_dst(t):
+        return t.name in dst_names
+
+    def is_edge_data(t):
+        return edge.kind(t) == "E" and edge.deps[t.name] <= {"data"}
+
+    def same_features(*tensors):
+        shapes = [t.shape[1:] for t in tensors]
+        return all(s.is_fully_defined() and s == shapes[0] for s in shapes)
+
+    out = _strip(edge.output)
+    if is_src(out):
+        return Fused("copy_src", (out,)), None
+    op = out.op
+    operands = [_strip(t) for t in op.inputs]
+    if op.type == "Mul":
+        for a, b in (operands, operands[::-1]):
+            if is_src(a) and is_edge_data(b):
+                shape = _weight_shape(a, b)
+                if shape is None:
+                    return None, (f"the edge weight is shaped {b.shape}, which is neither per edge, per feature "
+                                  f"nor per head of the {a.shape} rows")
+                return Fused("src_mul_edge", (a,), edge_operand=b, weight_shape=shape), None
+            if is_src(a) and b.op.type in _GATES:
+                inner = [_strip(t) for t in b.op.inputs]
+                gate = _strip(inner[0]).op
+                if gate.type in ("AddV2", "Add"):
+                    x, y = (_strip(t) for t in gate.inputs)
+                    if is_dst(x):
+                        x, y = y, x
+                    if is_src(x) and is_dst(y) and same_features(a, x, y):
+                        return Fused(_GATES[b.op.type], (x, a), dst=y), None
+    if op.type in _PAIRS:
+        a, b = operands
+        if op.type != "Sub" and is_dst(a) and is_src(b):
+            a, b = b, a
+        if is_src(a) and is_dst(b) and same_features(a, b):
+            return Fused(_PAIRS[op.type], (a,), dst=b), None
+    if op.type == "GatherV2" and op.get_attr("batch_dims") == 1:
+        params, indices = operands[:2]
+        axis = tf.get_static_value(op.inputs[2])
+        if is_src(params) and is_edge_data(indices) and indices.dtype.is_integer and axis == 1 \
+                and indices.shape.rank == 1:
+            return Fused("type_select", (params,), edge_operand=indices), None
+    kinds = ", ".join(edge.kind(t) for t in op.inputs)
+    return None, f"the edge stage ends in {op.type}({kinds}), which no fused_gather program computes"
+
+
+def _weight_shape(rows, weight):
+    """The weight's shape after the edge axis as fused_gather takes it ([] or a prefix of the
+    features), or None. A weight broadcasts against the rows: trailing 1s are dropped."""
+    features, dims = rows.shape[1:], weight.shape[1:]
+    if not features.is_fully_defined() or not dims.is_fully_defined() or dims.rank != features.rank:
+        return None if dims.rank != 0 or features.rank != 0 else ()
+    dims = dims.as_list()
+    while dims and dims[-1] == 1:
+        dims.pop()
+    return tuple(dims) if tuple(dims) == tuple(features.as_list()[:len(dims)]) else None
+
+
+def _match_narrow(edge: Trace, vertex: Trace, fused, reduces, enabled: bool):
+    """(apply_vertex's leading MatMul, None) when it commutes with the propagation and narrows, else (None, why)."""
+    if not enabled:
+        return None, "narrowing is off"
+    if fused is None or fused.program not in ("copy_src", "src_mul_edge") or fused.weight_shape:
+        return None, "the edge stage is not a copy or a scalar weight per edge of edge.src"
+    if len(reduces) != 1 or reduces[0] not in ("sum", "mean"):
+        return None, f"accumulator {'|'.join(reduces)} does not commute with a matmul (only sum and mean do)"
+    accum = vertex.inputs["accum"]
+    consumers = accum.consumers()
+    if len(consumers) != 1 or consumers[0].type != "MatMul" or consumers[0].inputs[0] is not accum \
+            or consumers[0].get_attr("transpose_a") or vertex.kind(consumers[0].inputs[1]) != "P":
+        return None, "apply_vertex does not begin with accum @ W"
+    matmul = consumers[0]
+    width_in, width_out = accum.shape[-1], matmul.outputs[0].shape[-1]
+    if width_in is None or width_out is None or width_out >= width_in:
+        return None, f"accum @ W does not narrow the rows ({width_in} -> {width_out})"
+    if EDGES in edge.deps[fused.src[0].name]:
+        return None, "the source rows depend on the edge set"
+    return matmul, None
+

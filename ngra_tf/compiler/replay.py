@@ -1,0 +1,131 @@
+"""Re-running parts of a traced stage in the current context, on other inputs.
+
+The compiler decides *where* each traced op runs (once per vertex, once per
+chunk edge, once per interval); `Replay.evaluate` then rebuilds the ops it
+needs through `tf.raw_ops`, eagerly or into the graph being built, with some
+traced tensors fed new values (a vertex matrix where the trace had edge.src,
+a chunk's edge data where it had all edge data). Going through the op
+wrappers keeps gradients (tapes and graph gradients) working as usual, and
+variable reads go through the variables themselves, so a GradientTape that
+watches accessed variables sees them.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import tensorflow as tf
+
+from ngra_tf.compiler.trace import Trace
+
+_SIDE_EFFECTS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
+
+
+class Replay:
+    """Evaluates tensors of one trace; `variables` are the layer's (tf.Variable or Keras) variables."""
+
+    def __init__(self, trace: Trace, variables):
+        self.trace = trace
+        by_handle = {}
+        for variable in variables:
+            tf_variable = getattr(variable, "value", variable)
+            if isinstance(tf_variable, tf.Variable):
+                by_handle[id(tf_variable.handle)] = tf_variable
+        self._variable_of = {name: by_handle.get(id(outer)) for name, outer in trace.external.items()}
+
+    def evaluate(self, targets, feeds=None, memo=None):
+        """Values of `targets` (traced tensors), with `feeds` (traced tensor name -> value) given.
+
+        `memo` (a dict, updated in place) carries values between calls that
+        share a context, such as the two halves of a chunk's edge stage.
+        """
+        memo = {} if memo is None else memo
+        memo.update(feeds or {})
+        handles_read = set()
+        self._run_ops(self.trace.ops_between(memo, targets), memo, handles_read)
+        # Variable updates that belong to what was just read (a dropout seed
+        # advancing) run once per evaluation context, after the reads.
+        if handles_read:
+            updates = [op for op in self.trace.graph.get_operations()
+                       if op.type in _SIDE_EFFECTS and op.inputs[0].name in handles_read
+                       and op.name not in memo]
+            for op in updates:
+                self._run_ops(self.trace.ops_between(memo, list(op.inputs)), memo, handles_read)
+                self._call(op, [self._input(t, memo) for t in op.inputs])
+                memo[op.name] = None
+        return [memo[t.name] for t in targets]
+
+    def _run_ops(self, ops, memo, handles_read):
+        for op in ops:
+            if op.type == "Placeholder":
+                if op.outputs[0].name in self.trace.external:
+                    continue  # a capture: _input reads the outer tensor
+                raise ValueError(f"cannot evaluate {op.name}: it is a stage input that was not fed")
+            if op.name in self.trace.markers:
+                raise ValueError(f"cannot evaluate {op.name}: the plan computes it ({self.trace.markers[op.name]})")
+            if op.type == "ReadVariableOp" and op.inputs[0].name in self._variable_of:
+                handles_read.add(op.inputs[0].name)
+                variable = self._variable_of[op.inputs[0].name]
+                if variable is not None:
+                    memo[op.outputs[0].name] = variable.value()
+                    continue
+            if op.type == "Const":
+                memo[op.outputs[0].name] = tf.constant(tf.make_ndarray(op.get_attr("value")))
+                continue
+            values = self._call(op, [self._input(t, memo) for t in op.inputs])
+            for tensor, value in zip(op.outputs, values):
+                memo[tensor.name] = value
+
+    def _input(self, tensor, memo):
+        if tensor.name in memo:
+            return memo[tensor.name]
+        return self.trace.external[tensor.name]  # a captured outer tensor (a constant or a handle)
+
+    @staticmethod
+    def _call(op, inputs):
+        """Builds `op` again on `inputs` through tf.raw_ops."""
+        op_def = op.op_def
+        kwargs, position, inferred = {}, 0, set()
+        for arg in op_def.input_arg:
+            if arg.number_attr or arg.type_list_attr:
+                count = (op.get_attr(arg.number_attr) if arg.number_attr
+                         else len(op.get_attr(arg.type_list_attr)))
+                kwargs[arg.name] = inputs[position:position + count]
+                position += count
+            else:
+                kwargs[arg.name] = inputs[position]
+                position += 1
+            inferred.update(filter(None, (arg.type_attr, arg.number_attr, arg.type_list_attr)))
+        for attr in op_def.attr:
+            if attr.name not in inferred:
+                kwargs[attr.name] = op.get_attr(attr.name)
+        try:
+            raw = getattr(tf.raw_ops, op.type)
+        except AttributeError:
+            raise ValueError(f"cannot re-run {op.name}: {op.type} has no tf.raw_ops wrapper") from None
+        result = raw(**_python_names(raw, kwargs), name=op.name.rsplit("/", 1)[-1])
+        if result is None or isinstance(result, tf.Operation):
+            return []
+        if isinstance(result, (list, tuple)):
+            flat = []
+            for item in result:
+                flat.extend(item if isinstance(item, (list, tuple)) else [item])
+            return flat
+        return [result]
+
+
+@functools.lru_cache(maxsize=None)
+def _parameters(raw):
+    return tuple(name for name in inspect.signature(raw).parameters if name != "name")
+
+
+def _python_names(raw, kwargs):
+    """kwargs keyed by the raw op's Python argument names.
+
+    A few ops rename an argument in Python (Split's split_dim is `axis`); such
+    renames keep the order, so unmatched names pair up in order.
+    """
+    params = _parameters(raw)
+    unmatched = iter(p for p in params if p not in kwargs)
+    return {(name if name in params else next(unmatched)): value for name, value in kwargs.items()}
