@@ -1,0 +1,419 @@
+"""Per-epoch training time of the NGra models: ngra-tf against plain TensorFlow and PyG.
+
+    python tools/bench_models.py                        # NGra Table 2's four graphs, five models
+    python tools/bench_models.py --graphs=reddit-small --models=gcn,ggcn --steps=7
+    python tools/bench_models.py --ablation             # + schedules and rewrites on reddit-small
+    python tools/bench_models.py --scale=0.05 --quick   # a fast smoke run
+
+An epoch is one full-graph training step: forward, backward and an Adam
+update, on synthetic power-law graphs at NGra Table 1's shapes (GCN and GG-NN
+graphs are prepared as in ngra_tf.recipes: symmetrised, self loops, GCN
+weights or edge types). Each cell is the median of --steps steps after
+--warmup steps, every system in the same process, one after another:
+
+    ngra P=1, P=4   ngra_tf.GraphModel with chunks=1 and chunks=4 (all rewrites)
+    TF              plain TensorFlow, written as a TF user would: tf.sparse.sparse_dense_matmul
+                    where the model is a sparse product (GCN, CommNet, GG-NN per edge type),
+                    else tf.gather + tf.math.unsorted_segment_* over per-edge tensors
+                    (G-GCN, MP-GCN), with every vertex-only matmul done once per vertex
+    PyG             torch_geometric on CPU (GCNConv, or MessagePassing with the same
+                    message), when torch and torch_geometric are installed
+
+Ratios are TF / ngra and PyG / ngra (above 1: ngra-tf is faster) and
+P=4 / P=1. Absolute times move with other load on a shared machine; the
+ratios come from one run.
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+from absl import app, flags
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+FLAGS = flags.FLAGS
+MODELS = ("gcn", "commnet", "ggnn", "ggcn", "mpgcn")
+NAMES = {"gcn": "GCN", "commnet": "CommNet", "ggnn": "GG-NN", "ggcn": "G-GCN", "mpgcn": "MP-GCN"}
+GRAPHS = ("pubmed", "protein", "blog", "reddit-small")
+flags.DEFINE_list("graphs", list(GRAPHS), "NGra Table 1 presets to run on.")
+flags.DEFINE_list("models", list(MODELS), "Models: " + ", ".join(MODELS) + ".")
+flags.DEFINE_integer("hidden", 128, "Hidden units.", lower_bound=1)
+flags.DEFINE_integer("steps", 5, "Timed steps per cell (the median is reported).", lower_bound=1)
+flags.DEFINE_integer("warmup", 2, "Untimed steps first (tracing, allocation).", lower_bound=1)
+flags.DEFINE_float("scale", 1.0, "Multiplies the preset vertex and edge counts.", lower_bound=1e-4)
+flags.DEFINE_list("systems", ["ngra1", "ngra4", "tf", "pyg"], "Systems: ngra1, ngra4, tf, pyg.")
+flags.DEFINE_bool("ablation", False, "Also time the three schedules (P=4) and the rewrites (P=1) "
+                  "on the last graph.")
+flags.DEFINE_bool("quick", False, "One warm-up and two timed steps (a smoke run).")
+flags.DEFINE_integer("threads", 0, "Threads for TF and torch (0: their defaults).", lower_bound=0)
+
+
+# ---------------------------------------------------------------- workloads
+
+class Workload:
+    """One graph prepared for one model, with features, labels and a training mask."""
+
+    def __init__(self, preset, model, scale, seed=0):
+        from ngra_tf import recipes  # noqa: PLC0415
+        from ngra_tf.graph import datasets  # noqa: PLC0415
+
+        data = datasets.synthetic(preset, seed=seed, scale=scale)
+        self.preset, self.model = preset, model
+        self.graph = recipes.prepare_graph(model, data.graph)
+        self.features = np.asarray(data.features.todense(), np.float32)
+        self.labels = data.labels.astype(np.int64)
+        self.mask = np.zeros(self.graph.num_vertices, np.float32)
+        self.mask[data.train_index] = 1
+        self.num_classes = data.num_classes
+
+
+def timed(step, warmup, steps):
+    for _ in range(warmup):
+        step()
+    times = []
+    for _ in range(steps):
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    return 1e3 * statistics.median(times)
+
+
+# ---------------------------------------------------------------- ngra-tf
+
+def ngra_stack(model, hidden, classes):
+    import keras  # noqa: PLC0415
+
+    from ngra_tf import layers  # noqa: PLC0415
+
+    if model == "gcn":
+        return [layers.GCN(hidden, activation="relu"), layers.GCN(classes)]
+    if model == "commnet":
+        return [layers.CommNet(hidden, activation="relu"), layers.CommNet(classes)]
+    if model == "mpgcn":
+        return [layers.MaxPoolGCN(hidden, activation="relu"), layers.MaxPoolGCN(classes)]
+    if model == "ggcn":
+        return [keras.layers.Dense(hidden), layers.GatedGCN(hidden, activation="relu"), layers.GatedGCN(classes)]
+    return [keras.layers.Dense(hidden), layers.GGNN(hidden, 3), layers.GGNN(hidden, 3), keras.layers.Dense(classes)]
+
+
+def tf_train_step(model, work):
+    """A compiled full-graph step (forward, backward, Adam) for any Keras model called on the features."""
+    import keras  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    x, y, mask = (tf.constant(a) for a in (work.features, work.labels, work.mask))
+    model(x)  # builds
+    optimizer = keras.optimizers.Adam(0.01)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+
+    @tf.function
+    def step():
+        with tf.GradientTape() as tape:
+            loss = loss_fn(y, model(x, training=True), sample_weight=mask)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    return lambda: step().numpy()
+
+
+def ngra_step(work, hidden, chunks, schedule="ngra", rewrites=True):
+    import ngra_tf  # noqa: PLC0415
+
+    model = ngra_tf.GraphModel(work.graph, ngra_stack(work.model, hidden, work.num_classes), chunks=chunks,
+                               schedule=schedule, rewrites=rewrites)
+    return tf_train_step(model, work)
+
+
+# ---------------------------------------------------------------- plain TensorFlow
+
+def plain_tf_model(work, hidden):
+    """The same model in plain TensorFlow (see the module doc)."""
+    import keras  # noqa: PLC0415
+    import tensorflow as tf  # noqa: PLC0415
+
+    g, n, classes = work.graph, work.graph.num_vertices, work.num_classes
+    src, dst = g.src.astype(np.int64), g.dst.astype(np.int64)
+
+    def sparse(values, keep=None):
+        rows, cols = (dst, src) if keep is None else (dst[keep], src[keep])
+        order = np.lexsort((cols, rows))
+        return tf.sparse.SparseTensor(np.stack([rows[order], cols[order]], 1), np.asarray(values, np.float32)[order],
+                                      [n, n])
+
+    dense = keras.layers.Dense
+
+    class Plain(keras.Model):
+        def __init__(self):
+            super().__init__()
+            model = work.model
+            if model in ("gcn", "commnet"):
+                weights = g.edge_data if model == "gcn" else np.ones(g.num_edges, np.float32)
+                self.a = sparse(weights)
+                self.w1, self.w2 = dense(hidden, use_bias=False), dense(classes, use_bias=False)
+                self.b1, self.b2 = self.add_weight(shape=(hidden,)), self.add_weight(shape=(classes,))
+                if model == "commnet":
+                    self.h1, self.h2 = dense(hidden, use_bias=False), dense(classes, use_bias=False)
+            elif model == "ggnn":
+                self.a = [sparse(np.ones(int((g.edge_data == t).sum())), g.edge_data == t) for t in range(3)]
+                self.proj, self.out = dense(hidden, activation="relu"), dense(classes)
+                self.kernels = [self.add_weight(shape=(3, hidden, hidden)) for _ in range(2)]
+                self.grus = [keras.layers.GRUCell(hidden, reset_after=False) for _ in range(2)]
+            else:
+                self.src, self.dst = tf.constant(src), tf.constant(dst)
+                self.degree = tf.constant(g.in_degree()[:, None] > 0)
+                if model == "ggcn":
+                    self.proj = dense(hidden)
+                    self.gates = [(dense(hidden, use_bias=False), dense(hidden, use_bias=False)) for _ in range(2)]
+                    self.outs = [dense(hidden, activation="relu"), dense(classes)]
+                else:  # mpgcn
+                    self.pools = [dense(hidden, activation="relu"), dense(classes, activation="relu")]
+                    self.outs = [dense(hidden, activation="relu"), dense(classes)]
+
+        def call(self, x, training=None):
+            model = work.model
+            if model == "gcn":  # A (X W): propagate the narrow side, as Kipf & Welling do
+                h = tf.nn.relu(tf.sparse.sparse_dense_matmul(self.a, self.w1(x)) + self.b1)
+                return tf.sparse.sparse_dense_matmul(self.a, self.w2(h)) + self.b2
+            if model == "commnet":
+                h = tf.nn.relu(self.h1(x) + tf.sparse.sparse_dense_matmul(self.a, self.w1(x)) + self.b1)
+                return self.h2(h) + tf.sparse.sparse_dense_matmul(self.a, self.w2(h)) + self.b2
+            if model == "ggnn":
+                h = self.proj(x)
+                for kernels, gru in zip(self.kernels, self.grus):
+                    accum = tf.add_n([tf.sparse.sparse_dense_matmul(a, h @ kernels[t]) for t, a in enumerate(self.a)])
+                    h, _ = gru(accum, [h])
+                return self.out(h)
+            if model == "ggcn":  # sigmoid(h_u W_H + h_v W_C) * h_u per edge, matmuls per vertex
+                h = self.proj(x)
+                for (w_h, w_c), out in zip(self.gates, self.outs):
+                    hs, hd = tf.gather(w_h(h), self.src), tf.gather(w_c(h), self.dst)
+                    messages = tf.sigmoid(hs + hd) * tf.gather(h, self.src)
+                    h = out(tf.math.unsorted_segment_sum(messages, self.dst, n))
+                return h
+            h = x  # mpgcn: max over per-edge copies of each source's pooled row
+            for pool, out in zip(self.pools, self.outs):
+                pooled = tf.math.unsorted_segment_max(tf.gather(pool(h), self.src), self.dst, n)
+                h = out(tf.where(self.degree, pooled, tf.zeros_like(pooled)))
+            return h
+
+    return Plain()
+
+
+def plain_tf_step(work, hidden):
+    return tf_train_step(plain_tf_model(work, hidden), work)
+
+
+# ---------------------------------------------------------------- PyG
+
+def pyg_available():
+    try:
+        import torch  # noqa: F401, PLC0415
+        import torch_geometric  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
+
+
+def pyg_step(work, hidden):
+    import torch  # noqa: PLC0415
+    from torch import nn  # noqa: PLC0415
+    from torch_geometric.nn import GCNConv, MessagePassing  # noqa: PLC0415
+
+    g, classes = work.graph, work.num_classes
+    edge_index = torch.from_numpy(np.stack([g.src, g.dst]).astype(np.int64))
+
+    class Sum(MessagePassing):  # sum of the source rows (CommNet, GG-NN per type)
+        def __init__(self):
+            super().__init__(aggr="add")
+
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=x)
+
+    class Gated(MessagePassing):  # G-GCN's gate
+        def __init__(self, width):
+            super().__init__(aggr="add")
+            self.w_h, self.w_c = nn.Linear(width, width, bias=False), nn.Linear(width, width, bias=False)
+
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=x, a=self.w_h(x), b=self.w_c(x))
+
+        def message(self, x_j, a_j, b_i):
+            return torch.sigmoid(a_j + b_i) * x_j
+
+    class MaxPool(MessagePassing):
+        def __init__(self, width, units):
+            super().__init__(aggr="max")
+            self.pool = nn.Linear(width, units)
+
+        def forward(self, x, edge_index):
+            return self.propagate(edge_index, x=torch.relu(self.pool(x)))
+
+    width = work.features.shape[1]
+    model = work.model
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            if model == "gcn":
+                self.c1 = GCNConv(width, hidden, normalize=False)
+                self.c2 = GCNConv(hidden, classes, normalize=False)
+                self.weight = torch.from_numpy(np.asarray(g.edge_data, np.float32))
+            elif model == "commnet":
+                self.sum = Sum()
+                self.h1, self.c1 = nn.Linear(width, hidden, bias=False), nn.Linear(width, hidden)
+                self.h2, self.c2 = nn.Linear(hidden, classes, bias=False), nn.Linear(hidden, classes)
+            elif model == "ggnn":
+                self.sum = Sum()
+                self.proj, self.out = nn.Linear(width, hidden), nn.Linear(hidden, classes)
+                self.kernels = nn.ParameterList([nn.Parameter(torch.randn(3, hidden, hidden) * 0.05)
+                                                 for _ in range(2)])
+                self.grus = nn.ModuleList([nn.GRUCell(hidden, hidden) for _ in range(2)])
+                types = torch.from_numpy(np.asarray(g.edge_data, np.int64))
+                self.typed = [edge_index[:, types == t] for t in range(3)]
+            elif model == "ggcn":
+                self.proj = nn.Linear(width, hidden)
+                self.gates = nn.ModuleList([Gated(hidden), Gated(hidden)])
+                self.outs = nn.ModuleList([nn.Linear(hidden, hidden), nn.Linear(hidden, classes)])
+            else:
+                self.pools = nn.ModuleList([MaxPool(width, hidden), MaxPool(hidden, classes)])
+                self.outs = nn.ModuleList([nn.Linear(hidden, hidden), nn.Linear(classes, classes)])
+
+        def forward(self, x):
+            if model == "gcn":
+                h = torch.relu(self.c1(x, edge_index, self.weight))
+                return self.c2(h, edge_index, self.weight)
+            if model == "commnet":  # propagate the narrow side: (A X) W = A (X W)
+                h = torch.relu(self.h1(x) + self.sum(self.c1(x) - self.c1.bias, edge_index) + self.c1.bias)
+                return self.h2(h) + self.sum(self.c2(h) - self.c2.bias, edge_index) + self.c2.bias
+            if model == "ggnn":
+                h = self.proj(x)
+                for kernels, gru in zip(self.kernels, self.grus):
+                    accum = sum(self.sum(h @ kernels[t], e) for t, e in enumerate(self.typed))
+                    h = gru(accum, h)
+                return self.out(h)
+            if model == "ggcn":
+                h = self.proj(x)
+                for gate, out, act in zip(self.gates, self.outs, (torch.relu, lambda t: t)):
+                    h = act(out(gate(h, edge_index)))
+                return h
+            h = x
+            for pool, out, act in zip(self.pools, self.outs, (torch.relu, lambda t: t)):
+                h = act(out(pool(h, edge_index)))
+            return h
+
+    net = Net()
+    optimizer = torch.optim.Adam(net.parameters(), lr=0.01)
+    x = torch.from_numpy(work.features)
+    y = torch.from_numpy(work.labels)
+    mask = torch.from_numpy(work.mask.astype(bool))
+
+    def step():
+        optimizer.zero_grad()
+        loss = nn.functional.cross_entropy(net(x)[mask], y[mask])
+        loss.backward()
+        optimizer.step()
+
+    return step
+
+
+# ---------------------------------------------------------------- tables
+
+def ratio(numerator, denominator):
+    return f"{numerator / denominator:.2f}x" if numerator and denominator else "-"
+
+
+def ms(value):
+    return f"{value:.1f}" if value else "-"
+
+
+def run_cell(work, system, hidden, warmup, steps):
+    builders = {"ngra1": lambda: ngra_step(work, hidden, 1), "ngra4": lambda: ngra_step(work, hidden, 4),
+                "tf": lambda: plain_tf_step(work, hidden), "pyg": lambda: pyg_step(work, hidden)}
+    try:
+        return timed(builders[system](), warmup, steps)
+    except Exception as error:  # noqa: BLE001  a failing peer must not hide the other cells
+        print(f"  {system} failed on {work.model}/{work.preset}: {type(error).__name__}: {error}"[:300],
+              flush=True)
+        return None
+
+
+def main(argv):
+    del argv
+    warmup, steps = (1, 2) if FLAGS.quick else (FLAGS.warmup, FLAGS.steps)
+    _threads()
+    systems = [s for s in FLAGS.systems if s != "pyg" or pyg_available()]
+    if "pyg" in FLAGS.systems and "pyg" not in systems:
+        print("PyG is not installed (pip install torch torch_geometric): its column is skipped")
+    results = {}
+    for preset in FLAGS.graphs:
+        for model in FLAGS.models:
+            work = Workload(preset, model, FLAGS.scale)
+            cell = {system: run_cell(work, system, FLAGS.hidden, warmup, steps) for system in systems}
+            results[(model, preset)] = cell
+            print(f"{NAMES[model]:8s} {preset:13s} {work.graph.num_vertices:>8d} V {work.graph.num_edges:>9d} E  "
+                  + "  ".join(f"{s} {ms(cell[s])} ms" for s in systems), flush=True)
+    print()
+    print(f"Per-epoch training time (ms, median of {steps}; hidden {FLAGS.hidden}; scale {FLAGS.scale})")
+    print()
+    head = "| model | graph | ngra P=1 | ngra P=4 | TF | PyG | TF / ngra | PyG / ngra | P=4 / P=1 |"
+    print(head)
+    print("|" + "---|" * (head.count("|") - 1))
+    for (model, preset), cell in results.items():
+        best = cell.get("ngra1")
+        print(f"| {NAMES[model]} | {preset} | {ms(cell.get('ngra1'))} | {ms(cell.get('ngra4'))} | "
+              f"{ms(cell.get('tf'))} | {ms(cell.get('pyg'))} | {ratio(cell.get('tf'), best)} | "
+              f"{ratio(cell.get('pyg'), best)} | {ratio(cell.get('ngra4'), best)} |")
+    print()
+    print("NGra Table 2 layout: ngra P=1 / TF (ms)")
+    print()
+    print("| model | " + " | ".join(FLAGS.graphs) + " |")
+    print("|---|" + "---|" * len(FLAGS.graphs))
+    for model in FLAGS.models:
+        row = [f"{ms(results[(model, p)].get('ngra1'))} / {ms(results[(model, p)].get('tf'))}" for p in FLAGS.graphs]
+        print(f"| {NAMES[model]} | " + " | ".join(row) + " |")
+    if FLAGS.ablation:
+        ablation(FLAGS.graphs[-1], warmup, steps)
+
+
+def ablation(preset, warmup, steps):
+    from ngra_tf.compiler import SCHEDULES  # noqa: PLC0415
+
+    variants = [("rewrites off", 1, "ngra", False), ("hoist", 1, "ngra", ["hoist"]),
+                ("hoist + fuse", 1, "ngra", ["hoist", "fuse"]), ("all rewrites", 1, "ngra", True)]
+    variants += [(f"P=4, schedule {s}", 4, s, True) for s in SCHEDULES]
+    print()
+    print(f"Ablation on {preset} (ms per epoch, median of {steps})")
+    print()
+    print("| model | " + " | ".join(v[0] for v in variants) + " |")
+    print("|---|" + "---|" * len(variants))
+    for model in FLAGS.models:
+        work = Workload(preset, model, FLAGS.scale)
+        row = []
+        for _, chunks, schedule, rewrites in variants:
+            try:
+                row.append(ms(timed(ngra_step(work, FLAGS.hidden, chunks, schedule, rewrites), warmup, steps)))
+            except Exception as error:  # noqa: BLE001  e.g. out of memory without the rewrites
+                row.append(f"failed ({type(error).__name__})")
+        print(f"| {NAMES[model]} | " + " | ".join(row) + " |", flush=True)
+
+
+def _threads():
+    if FLAGS.threads:
+        import tensorflow as tf  # noqa: PLC0415
+
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+        if pyg_available():
+            import torch  # noqa: PLC0415
+
+            torch.set_num_threads(FLAGS.threads)
+
+
+if __name__ == "__main__":
+    app.run(main)
