@@ -69,9 +69,11 @@ class ColumnAccumulator:
             self.value = partial
             return
         if self.reduce in ("max", "min"):
+            # Rows the chunk sends nothing to must lose: add -inf (+inf for
+            # min) there. A broadcast add is much cheaper than a broadcast select.
             fill = np.inf if self.reduce == "min" else -np.inf
-            partial = tf.where(_column(chunk.adjacency.in_degree() > 0, partial), partial,
-                               tf.constant(fill, partial.dtype))
+            loses = np.where(chunk.adjacency.in_degree() > 0, 0, fill).astype(partial.dtype.as_numpy_dtype)
+            partial = partial + _column(loses, partial)
             combine = tf.minimum if self.reduce == "min" else tf.maximum
             self.value = partial if self.value is None else combine(self.value, partial)
         else:
