@@ -51,6 +51,7 @@ flags.DEFINE_bool("ablation", False, "Also time the three schedules (P=4) and th
                   "on the last graph.")
 flags.DEFINE_bool("quick", False, "One warm-up and two timed steps (a smoke run).")
 flags.DEFINE_integer("threads", 0, "Threads for TF and torch (0: their defaults).", lower_bound=0)
+flags.DEFINE_string("cell", None, "Internal: time one ablation cell, model:chunks:schedule:rewrites.")
 
 
 # ---------------------------------------------------------------- workloads
@@ -347,6 +348,9 @@ def main(argv):
     del argv
     warmup, steps = (1, 2) if FLAGS.quick else (FLAGS.warmup, FLAGS.steps)
     _threads()
+    if FLAGS.cell:
+        run_one_cell(FLAGS.cell)
+        return
     systems = [s for s in FLAGS.systems if s != "pyg" or pyg_available()]
     if "pyg" in FLAGS.systems and "pyg" not in systems:
         print("PyG is not installed (pip install torch torch_geometric): its column is skipped")
@@ -381,26 +385,44 @@ def main(argv):
         ablation(FLAGS.graphs[-1], warmup, steps)
 
 
-def ablation(preset, warmup, steps):
-    from ngra_tf.compiler import SCHEDULES  # noqa: PLC0415
+ABLATION = [("rewrites off", 1, "ngra", "none"), ("hoist", 1, "ngra", "hoist"),
+            ("hoist + fuse", 1, "ngra", "hoist+fuse"), ("all rewrites", 1, "ngra", "hoist+fuse+narrow")]
+ABLATION += [(f"P=4, schedule {s}", 4, s, "hoist+fuse+narrow") for s in ("ngra", "stage", "dest-order")]
 
-    variants = [("rewrites off", 1, "ngra", False), ("hoist", 1, "ngra", ["hoist"]),
-                ("hoist + fuse", 1, "ngra", ["hoist", "fuse"]), ("all rewrites", 1, "ngra", True)]
-    variants += [(f"P=4, schedule {s}", 4, s, True) for s in SCHEDULES]
+
+def ablation(preset, warmup, steps):
+    """Each cell in a subprocess of its own: without the rewrites, per-edge tensors of
+    wide layers can exceed memory, and the kernel's OOM killer must not end the run."""
+    import subprocess  # noqa: PLC0415
+
     print()
     print(f"Ablation on {preset} (ms per epoch, median of {steps})")
     print()
-    print("| model | " + " | ".join(v[0] for v in variants) + " |")
-    print("|---|" + "---|" * len(variants))
+    print("| model | " + " | ".join(v[0] for v in ABLATION) + " |")
+    print("|---|" + "---|" * len(ABLATION))
     for model in FLAGS.models:
-        work = Workload(preset, model, FLAGS.scale)
         row = []
-        for _, chunks, schedule, rewrites in variants:
-            try:
-                row.append(ms(timed(ngra_step(work, FLAGS.hidden, chunks, schedule, rewrites), warmup, steps)))
-            except Exception as error:  # noqa: BLE001  e.g. out of memory without the rewrites
-                row.append(f"failed ({type(error).__name__})")
+        for _, chunks, schedule, rewrites in ABLATION:
+            cell = f"{model}:{chunks}:{schedule}:{rewrites}"
+            done = subprocess.run([sys.executable, os.path.abspath(__file__), f"--cell={cell}", f"--graphs={preset}",
+                                   f"--scale={FLAGS.scale}", f"--hidden={FLAGS.hidden}", f"--warmup={warmup}",
+                                   f"--steps={steps}", f"--threads={FLAGS.threads}"],
+                                  capture_output=True, text=True, check=False)
+            found = [line.split()[1] for line in done.stdout.splitlines() if line.startswith("CELL_MS ")]
+            if found:
+                row.append(found[0])
+            elif done.returncode in (-9, 137):
+                row.append("out of memory")
+            else:
+                row.append(f"failed ({done.stderr.strip().splitlines()[-1][:60] if done.stderr.strip() else done.returncode})")
         print(f"| {NAMES[model]} | " + " | ".join(row) + " |", flush=True)
+
+
+def run_one_cell(spec):
+    model, chunks, schedule, rewrites = spec.split(":")
+    rewrites = [] if rewrites == "none" else rewrites.split("+")
+    work = Workload(FLAGS.graphs[0], model, FLAGS.scale)
+    print(f"CELL_MS {timed(ngra_step(work, FLAGS.hidden, int(chunks), schedule, rewrites), FLAGS.warmup, FLAGS.steps):.1f}")
 
 
 def _threads():

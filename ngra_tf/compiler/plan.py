@@ -98,27 +98,40 @@ def _column(values: np.ndarray, like):
 
 
 class Intervals:
-    """Vertex tensors cut into the partition's intervals, each cut made once, when first needed."""
+    """Vertex tensors cut into the partition's intervals, each tensor cut once, when first needed.
+
+    Rows are put in interval order with one gather by a permutation (whose
+    gradient is the inverse gather, not a scatter-add), then split.
+    """
 
     def __init__(self, partition):
         self.partition = partition
         self._blocks = {}
 
     def block(self, key, value, part):
-        if (key, part) not in self._blocks:
+        if key not in self._blocks:
             p = self.partition
             if p.num_parts == 1 and p.identity_order:
-                block = value
-            elif p.identity_order:
-                block = value[int(p.bounds[part]):int(p.bounds[part + 1])]
+                self._blocks[key] = [value]
             else:
-                block = tf.gather(value, p.vertices_tensor(part))
-            self._blocks[(key, part)] = block
-        return self._blocks[(key, part)]
+                ordered = value if p.identity_order else _permute(value, p.order_tensor(), p.position_tensor())
+                self._blocks[key] = tf.split(ordered, np.diff(p.bounds).tolist(), axis=0)
+        return self._blocks[key][part]
 
     def merge(self, blocks):
+        p = self.partition
         joined = blocks[0] if len(blocks) == 1 else tf.concat(blocks, axis=0)
-        return joined if self.partition.identity_order else tf.gather(joined, self.partition.position_tensor())
+        return joined if p.identity_order else _permute(joined, p.position_tensor(), p.order_tensor())
+
+
+def _permute(x, index, inverse):
+    """x[index] for a permutation `index` whose inverse is `inverse`."""
+
+    @tf.custom_gradient
+    def permute(rows):
+        return tf.gather(rows, index), lambda grad: tf.gather(grad, inverse)
+
+    return permute(x)
 
 
 def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):

@@ -141,9 +141,9 @@ class Partition:
         """The original ids of interval `part`, in local-id order."""
         return self.order[self.bounds[part]:self.bounds[part + 1]]
 
-    def vertices_tensor(self, part: int):
-        """vertices(part) as a cached int tensor (made eagerly)."""
-        return _cached_tensor(self, f"_vertices_{part}", self.vertices(part))
+    def order_tensor(self):
+        """order as a cached int tensor: gathers user-ordered rows into interval order."""
+        return _cached_tensor(self, "_order", self.order)
 
     def position_tensor(self):
         """position as a cached int tensor: gathers interval-ordered rows back into user order."""
