@@ -3,6 +3,7 @@
     python tools/bench_models.py                        # NGra Table 2's four graphs, five models
     python tools/bench_models.py --graphs=reddit-small --models=gcn,ggcn --steps=7
     python tools/bench_models.py --ablation             # + schedules and rewrites on reddit-small
+    python tools/bench_models.py --systems= --ablation --graphs=reddit-small   # the ablation alone
     python tools/bench_models.py --scale=0.05 --quick   # a fast smoke run
 
 An epoch is one full-graph training step: forward, backward and an Adam
@@ -342,6 +343,13 @@ def run_cell(work, system, hidden, warmup, steps):
         print(f"  {system} failed on {work.model}/{work.preset}: {type(error).__name__}: {error}"[:300],
               flush=True)
         return None
+    finally:  # let the next cell start from a clean slate (the big graphs hold GBs)
+        import gc  # noqa: PLC0415
+
+        import keras  # noqa: PLC0415
+
+        keras.backend.clear_session()
+        gc.collect()
 
 
 def main(argv):
@@ -354,6 +362,10 @@ def main(argv):
     systems = [s for s in FLAGS.systems if s != "pyg" or pyg_available()]
     if "pyg" in FLAGS.systems and "pyg" not in systems:
         print("PyG is not installed (pip install torch torch_geometric): its column is skipped")
+    if not systems:  # e.g. --systems= --ablation: only the ablation, in a process that stays small
+        if FLAGS.ablation:
+            ablation(FLAGS.graphs[-1], warmup, steps)
+        return
     results = {}
     for preset in FLAGS.graphs:
         for model in FLAGS.models:
