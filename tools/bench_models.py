@@ -426,7 +426,8 @@ def ablation(preset, warmup, steps):
             elif done.returncode in (-9, 137):
                 row.append("out of memory")
             else:
-                row.append(f"failed ({done.stderr.strip().splitlines()[-1][:60] if done.stderr.strip() else done.returncode})")
+                last_line = done.stderr.strip().splitlines()[-1][:60] if done.stderr.strip() else done.returncode
+                row.append(f"failed ({last_line})")
         print(f"| {NAMES[model]} | " + " | ".join(row) + " |", flush=True)
 
 
@@ -434,7 +435,8 @@ def run_one_cell(spec):
     model, chunks, schedule, rewrites = spec.split(":")
     rewrites = [] if rewrites == "none" else rewrites.split("+")
     work = Workload(FLAGS.graphs[0], model, FLAGS.scale)
-    print(f"CELL_MS {timed(ngra_step(work, FLAGS.hidden, int(chunks), schedule, rewrites), FLAGS.warmup, FLAGS.steps):.1f}")
+    step = ngra_step(work, FLAGS.hidden, int(chunks), schedule, rewrites)
+    print(f"CELL_MS {timed(step, FLAGS.warmup, FLAGS.steps):.1f}")
 
 
 def _threads():

@@ -184,7 +184,8 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
             for t in program.src_frontier:
                 feeds[t.name] = propagation.scatter(chunk, intervals.block("s:" + t.name, src_values[t.name], i))
             for t in program.dst_frontier:
-                feeds[t.name] = propagation.scatter_side(chunk, intervals.block("d:" + t.name, dst_values[t.name], j), "dst")
+                block = intervals.block("d:" + t.name, dst_values[t.name], j)
+                feeds[t.name] = propagation.scatter_side(chunk, block, "dst")
         return feeds  # the replay's memo: evaluation starts from these
 
     def column(j):
@@ -231,7 +232,8 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
         rows = int(partition.bounds[j + 1] - partition.bounds[j])
         parts = [acc.result(rows, feature_shape, dtype) for acc in accumulators[j]]
         accum = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
-        feeds = {t.name: intervals.block("v:" + t.name, value, j) for t, value in zip(program.vertex_frontier, vertex_values)}
+        feeds = {t.name: intervals.block("v:" + t.name, value, j)
+                 for t, value in zip(program.vertex_frontier, vertex_values)}
         target = program.narrow.outputs[0] if program.narrow is not None else program.vertex.inputs["accum"]
         feeds[target.name] = accum
         with tf.name_scope("ApplyVertex"):

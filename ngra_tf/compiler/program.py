@@ -162,7 +162,9 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
     src_frontier, dst_frontier = _edge_frontier(edge, "hoist" in rewrites)
     fused, why_not = (_match_fused(edge, src_frontier, dst_frontier) if "fuse" in rewrites
                       else (None, "fusion is off"))
-    known = [t.name for t in src_frontier + dst_frontier] + ([edge.inputs["data"].name] if "data" in edge.inputs else [])
+    known = [t.name for t in src_frontier + dst_frontier]
+    if "data" in edge.inputs:
+        known.append(edge.inputs["data"].name)
     edge_ops = [] if fused is not None else [
         op for op in edge.ops_between(known, [edge.output])
         if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity")]
