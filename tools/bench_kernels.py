@@ -13,8 +13,6 @@ per edge its index, its weight and the gathered row of X, plus the output.
 
 from __future__ import annotations
 
-import statistics
-import time
 
 import numpy as np
 import scipy.sparse as sp
@@ -23,6 +21,7 @@ from absl import app, flags
 
 import ngra_tf
 from ngra_tf.graph.synthetic import power_law_graph, uniform_graph
+from timing import median_ms
 
 flags.DEFINE_list("densities", ["0.0001", "0.001", "0.01", "0.1"], "Densities of the 10K x 10K matrix.")
 flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the median is reported.")
@@ -31,16 +30,6 @@ flags.DEFINE_bool("torch", True, "Include torch.sparse.mm when torch is installe
 FLAGS = flags.FLAGS
 
 NGRA = ("ngra fused_gather", "ngra scatter-mul-gather")
-
-
-def median_ms(fn, repeats):
-    fn()  # warm-up: tracing, allocation, caches
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
 
 
 def tf_systems(graph, x, backward):

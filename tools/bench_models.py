@@ -28,14 +28,13 @@ ratios come from one run.
 from __future__ import annotations
 
 import os
-import statistics
 import sys
-import time
 
 import numpy as np
 from absl import app, flags
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from timing import median_ms  # noqa: E402  (tools/, the script's own directory)
 
 FLAGS = flags.FLAGS
 MODELS = ("gcn", "commnet", "ggnn", "ggcn", "mpgcn")
@@ -75,14 +74,7 @@ class Workload:
 
 
 def timed(step, warmup, steps):
-    for _ in range(warmup):
-        step()
-    times = []
-    for _ in range(steps):
-        start = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - start)
-    return 1e3 * statistics.median(times)
+    return median_ms(step, steps, warmup)
 
 
 # ---------------------------------------------------------------- ngra-tf
