@@ -110,7 +110,7 @@ setup(
     extras_require={
         "io": ["tensorflow-io>=0.37,<0.38"],
         "test": ["pytest>=7", "hypothesis>=6"],
-        "bench": ["torch>=2.1"],
+        "bench": ["torch>=2.1", "torch_geometric>=2.4"],
     },
     ext_modules=[
         Extension(
