@@ -159,7 +159,8 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
     vertex = trace_stage(lambda vertex, accum: layer.apply_vertex(vertex, accum),
                          {"vertex": vertex_spec, "accum": accum_spec})
 
-    src_frontier, dst_frontier = _edge_frontier(edge, "hoist" in rewrites)
+    hoist = "hoist" in rewrites
+    src_frontier, dst_frontier = _frontier(edge, {"S"}, hoist), _frontier(edge, {"D"}, hoist)
     fused, why_not = (_match_fused(edge, src_frontier, dst_frontier) if "fuse" in rewrites
                       else (None, "fusion is off"))
     known = [t.name for t in src_frontier + dst_frontier]
@@ -169,7 +170,7 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
         op for op in edge.ops_between(known, [edge.output])
         if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity")]
     narrow, why_not_narrow = _match_narrow(edge, vertex, fused, tuple(layer._reduces), "narrow" in rewrites)
-    vertex_frontier = _frontier(vertex, {"V"}, "hoist" in rewrites)
+    vertex_frontier = _frontier(vertex, {"V"}, hoist)
     return LayerProgram(layer.name, tuple(layer._reduces), rewrites, edge, vertex, src_frontier, dst_frontier,
                         vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow)
 
@@ -199,10 +200,6 @@ def _frontier(trace: Trace, kinds, hoist: bool):
                 if trace.kind(tensor) in kinds:
                     add(tensor)
     return frontier
-
-
-def _edge_frontier(edge: Trace, hoist: bool):
-    return _frontier(edge, {"S"}, hoist), _frontier(edge, {"D"}, hoist)
 
 
 def _strip(tensor):

@@ -162,9 +162,6 @@ class Trace:
             return {"src": "S", "dst": "D", "vertex": "V", "accum": "A"}.get(next(iter(deps)), "E")
         return "E" if "accum" not in deps else "A"
 
-    def depends_on(self, tensor, *names) -> bool:
-        return bool(self.deps[tensor.name] & set(names))
-
     def ops_between(self, known, targets):
         """The ops needed to compute `targets` from the tensors named in `known`, in graph order."""
         stop = set(known)
