@@ -33,11 +33,94 @@
 namespace ngra {
 namespace gpu {
 
-// ---- Terms: what position k of a segment contributes to feature f ----
+// ---- Runs: V adjacent features of a row, read or written at once ----
+//
+// A lane handles its features in runs of V (RunStart). Where the rows start
+// on V-element boundaries (ReduceWalk checks), a run is one vector access
+// (16 bytes: float4, double2); V = 1 is the scalar case.
+
+template <int V, typename T>
+NGRA_HOST_DEVICE inline void LoadRun(const T* p, T* out) {
+  struct alignas(V * sizeof(T)) Vec {
+    T v[V];
+  };
+  const Vec vec = *reinterpret_cast<const Vec*>(p);
+NGRA_UNROLL
+  for (int i = 0; i < V; ++i) out[i] = vec.v[i];
+}
+
+template <int V, typename T>
+NGRA_HOST_DEVICE inline void StoreRun(const T* in, T* p) {
+  struct alignas(V * sizeof(T)) Vec {
+    T v[V];
+  };
+  Vec vec;
+NGRA_UNROLL
+  for (int i = 0; i < V; ++i) vec.v[i] = in[i];
+  *reinterpret_cast<Vec*>(p) = vec;
+}
+
+// Whether every row of [base, base + rows * width) starts on a boundary of `bytes`.
+template <typename T>
+inline bool RowsAligned(const T* base, int64_t width, int64_t bytes) {
+  return base == nullptr ||
+         (reinterpret_cast<uintptr_t>(base) % bytes == 0 && (width * static_cast<int64_t>(sizeof(T))) % bytes == 0);
+}
+
+// The operand rows a program reads for one run of an edge, copied into
+// registers: the x_src parts ([a | c] for gates) and the x_dst row. The
+// program then runs on them with feature i < V and width V (so that
+// s[width + i] is part 1's feature i). Reads a program does not use are
+// dead code and vanish.
+template <typename Program, typename T, int V>
+struct RunRows {
+  T src[Program::kSrcParts * V];
+  T dst[Program::kUsesDst ? V : 1];
+  NGRA_HOST_DEVICE RunRows(const T* s, const T* t, int64_t width, int64_t first) {
+NGRA_UNROLL
+    for (int part = 0; part < Program::kSrcParts; ++part) LoadRun<V>(s + part * width + first, src + part * V);
+    if constexpr (Program::kUsesDst) LoadRun<V>(t + first, dst);
+  }
+};
+
+// The edge weight over one run: scalar and absent weights as they are; a
+// weight per feature or per block of features copied into registers.
+template <typename T, int V>
+struct RunWeight {
+  T w[V];
+  NGRA_HOST_DEVICE T operator()(int64_t i) const { return w[i]; }
+};
+template <int V, typename T>
+NGRA_HOST_DEVICE inline NoWeight<T> WeightRun(const NoWeight<T>& w, int64_t) { return w; }
+template <int V, typename T>
+NGRA_HOST_DEVICE inline ScalarWeight<T> WeightRun(const ScalarWeight<T>& w, int64_t) { return w; }
+template <int V, typename T>
+NGRA_HOST_DEVICE inline RunWeight<T, V> WeightRun(const VectorWeight<T>& w, int64_t first) {
+  RunWeight<T, V> r;
+  LoadRun<V>(w.row + first, r.w);
+  return r;
+}
+template <int V, typename T>
+NGRA_HOST_DEVICE inline RunWeight<T, V> WeightRun(const BlockWeight<T>& w, int64_t first) {
+  RunWeight<T, V> r;
+NGRA_UNROLL
+  for (int i = 0; i < V; ++i) r.w[i] = w(first + i);
+  return r;
+}
+
+template <WeightKind K, typename T>
+bool OperandsAligned(const Operands<T>& in, int64_t bytes) {
+  return RowsAligned(in.x_src, in.width, bytes) && RowsAligned(in.x_dst, in.width, bytes) &&
+         (K != WeightKind::kVector || RowsAligned(in.weight, in.width, bytes));
+}
+
+// ---- Terms: what position k of a segment contributes to a run of features ----
 //
 // At(s, k, part) returns the per-edge view (or inactive, to skip the edge);
-// Value(view, part, f) the contribution. The reduce body folds the
-// contributions of a work item's positions in order.
+// Run<V>(view, part, first, out) writes the contributions to features
+// first .. first + V - 1. The reduce body folds the contributions of a work
+// item's positions in order. Aligned(bytes): whether all rows the term reads
+// start on such boundaries (then runs may be vectors).
 
 // Forward: Program::Message(x_src row of Row(k), x_dst row s, weight of Edge(k)).
 template <typename Program, WeightKind K, typename T, typename Index>
@@ -52,13 +135,18 @@ struct MessageTerm {
     const T* dst;
     decltype(EdgeWeight<K>(Operands<T>{}, 0)) weight;
   };
+  bool Aligned(int64_t bytes) const { return OperandsAligned<K>(in, bytes); }
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t) const {
     const Index e = seg.Edge(k);
     const T* dst = Program::kUsesDst ? in.x_dst + static_cast<int64_t>(s) * in.width : nullptr;
     return View{true, e, in.x_src + in.template SrcOffset<Program>(seg.Row(k), e), dst, EdgeWeight<K>(in, e)};
   }
-  NGRA_HOST_DEVICE T Value(const View& v, int64_t, int64_t f) const {
-    return Program::Message(v.src, v.dst, v.weight, f, in.width);
+  template <int V>
+  NGRA_HOST_DEVICE void Run(const View& v, int64_t, int64_t first, T* out) const {
+    const RunRows<Program, T, V> rows(v.src, v.dst, in.width, first);
+    const auto w = WeightRun<V>(v.weight, first);
+NGRA_UNROLL
+    for (int i = 0; i < V; ++i) out[i] = Program::Message(rows.src, rows.dst, w, i, V);
   }
 };
 
@@ -88,6 +176,9 @@ struct SrcGradTerm {
     const T* dst;
     decltype(EdgeWeight<K>(Operands<T>{}, 0)) weight;
   };
+  bool Aligned(int64_t bytes) const {
+    return OperandsAligned<K>(in, bytes) && RowsAligned(up.grad, in.width, bytes);
+  }
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t part) const {
     const Index e = seg.Edge(k);
     const int64_t v_row = static_cast<int64_t>(seg.Row(k)) * in.width;
@@ -95,12 +186,19 @@ struct SrcGradTerm {
     const T* dst = Program::kUsesDst ? in.x_dst + v_row : nullptr;
     return View{active, e, v_row, in.x_src + in.template SrcOffset<Program>(s, e), dst, EdgeWeight<K>(in, e)};
   }
-  NGRA_HOST_DEVICE T Value(const View& v, int64_t part, int64_t f) const {
-    const int64_t at = v.dst_row + f;
-    // As on the CPU: a masked edge adds an exact zero.
-    return up.Reaches(at, v.edge)
-               ? Program::SrcGrad(static_cast<int>(part), up.grad[at], v.src, v.dst, v.weight, f, in.width)
-               : T(0);
+  template <int V>
+  NGRA_HOST_DEVICE void Run(const View& v, int64_t part, int64_t first, T* out) const {
+    const RunRows<Program, T, V> rows(v.src, v.dst, in.width, first);
+    const auto w = WeightRun<V>(v.weight, first);
+    T g[V];
+    LoadRun<V>(up.grad + v.dst_row + first, g);
+NGRA_UNROLL
+    for (int i = 0; i < V; ++i) {
+      // As on the CPU: a masked edge adds an exact zero.
+      out[i] = up.Reaches(v.dst_row + first + i, v.edge)
+                   ? Program::SrcGrad(static_cast<int>(part), g[i], rows.src, rows.dst, w, i, V)
+                   : T(0);
+    }
   }
 };
 
@@ -118,16 +216,25 @@ struct DstGradTerm {
     const T* src;
     decltype(EdgeWeight<K>(Operands<T>{}, 0)) weight;
   };
+  bool Aligned(int64_t bytes) const {
+    return OperandsAligned<K>(in, bytes) && RowsAligned(up.grad, in.width, bytes);
+  }
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t) const {
     const Index e = seg.Edge(k);
-    return View{true, e, static_cast<int64_t>(s) * in.width, in.x_src + in.template SrcOffset<Program>(seg.Row(k), e),
-                EdgeWeight<K>(in, e)};
+    return View{true, e, static_cast<int64_t>(s) * in.width,
+                in.x_src + in.template SrcOffset<Program>(seg.Row(k), e), EdgeWeight<K>(in, e)};
   }
-  NGRA_HOST_DEVICE T Value(const View& v, int64_t, int64_t f) const {
-    const int64_t at = v.dst_row + f;
-    return up.Reaches(at, v.edge)
-               ? Program::DstGrad(up.grad[at], v.src, in.x_dst + v.dst_row, v.weight, f, in.width)
-               : T(0);
+  template <int V>
+  NGRA_HOST_DEVICE void Run(const View& v, int64_t, int64_t first, T* out) const {
+    const RunRows<Program, T, V> rows(v.src, in.x_dst + v.dst_row, in.width, first);
+    const auto w = WeightRun<V>(v.weight, first);
+    T g[V];
+    LoadRun<V>(up.grad + v.dst_row + first, g);
+NGRA_UNROLL
+    for (int i = 0; i < V; ++i) {
+      out[i] = up.Reaches(v.dst_row + first + i, v.edge) ? Program::DstGrad(g[i], rows.src, rows.dst, w, i, V)
+                                                          : T(0);
+    }
   }
 };
 
@@ -141,11 +248,20 @@ struct DstGradTerm {
 //
 // Edges go kEdgeUnroll at a time: their indices and rows are all loaded
 // before any is folded, so a thread has several gathers in flight (a long
-// segment is otherwise latency-bound). The fold itself stays in edge order.
-constexpr int kEdgeUnroll = 4;
+// segment is otherwise latency-bound). The last round is masked rather than
+// walked edge by edge, so that a short segment (most of a power-law graph's)
+// also waits once per round, not once per edge. The fold itself stays in
+// edge order. V is the run length of RunStart: 1, or a vector when the rows
+// are aligned (ReduceWalk decides); the results are the same bits either way.
+#ifndef NGRA_GPU_EDGE_UNROLL
+#define NGRA_GPU_EDGE_UNROLL 4
+#endif
+constexpr int kEdgeUnroll = NGRA_GPU_EDGE_UNROLL;
 
-template <Reduce R, typename Term, typename T, typename Index>
+template <Reduce R, typename Term, typename T, typename Index, int V = 1>
 struct SegmentReduceBody {
+  static_assert(kPerLane % V == 0, "a lane's registers hold whole runs");
+  static constexpr int kRuns = kPerLane / V;
   Segments<Index> seg;
   Schedule<Index> schedule;
   Geometry geo;
@@ -157,63 +273,70 @@ struct SegmentReduceBody {
 
   NGRA_HOST_DEVICE void operator()(int64_t t) const {
     using Red = Reducer<R>;
+    using View = decltype(term.At(Index(0), Index(0), 0));
     const ThreadPlace p = Place(geo, t);
     if (p.item >= static_cast<int64_t>(schedule.NumItems())) return;
     const WorkItem<Index> item = schedule.items[p.item];
     const ItemRange<Index> range = RangeOf(seg.indptr, item, schedule.chunk);
-    const int64_t lanes = geo.Lanes();
+    int64_t first[kRuns];  // each run's first feature; a run is wholly in or out of the row
     T acc[kPerLane];
     Index win[kPerLane];
+NGRA_UNROLL
+    for (int q = 0; q < kRuns; ++q) first[q] = RunStart<V>(geo, p, q);
+NGRA_UNROLL
     for (int j = 0; j < kPerLane; ++j) {
       acc[j] = Red::template Init<T>();
       win[j] = Index(-1);
     }
-    Index k = range.begin;
-    for (; k + kEdgeUnroll <= range.end; k += kEdgeUnroll) {
-      decltype(term.At(item.segment, k, p.part)) view[kEdgeUnroll];
+    for (Index k = range.begin; k < range.end; k += kEdgeUnroll) {
+      View view[kEdgeUnroll];
       T value[kEdgeUnroll][kPerLane];
 NGRA_UNROLL
-      for (int u = 0; u < kEdgeUnroll; ++u) view[u] = term.At(item.segment, k + u, p.part);
+      for (int u = 0; u < kEdgeUnroll; ++u) {
+        if (k + u < range.end) view[u] = term.At(item.segment, k + u, p.part);
+      }
 NGRA_UNROLL
       for (int u = 0; u < kEdgeUnroll; ++u) {
 NGRA_UNROLL
-        for (int j = 0; j < kPerLane; ++j) {
-          const int64_t f = p.feature + j * lanes;
-          value[u][j] = f < geo.width ? term.Value(view[u], p.part, f) : T(0);
+        for (int q = 0; q < kRuns; ++q) {
+          if (k + u < range.end && first[q] < geo.width) {
+            term.template Run<V>(view[u], p.part, first[q], value[u] + q * V);
+          } else {
+NGRA_UNROLL
+            for (int i = 0; i < V; ++i) value[u][q * V + i] = T(0);
+          }
         }
       }
 NGRA_UNROLL
       for (int u = 0; u < kEdgeUnroll; ++u) {
-        if (!view[u].active) continue;
+        if (k + u >= range.end || !view[u].active) continue;
 NGRA_UNROLL
-        for (int j = 0; j < kPerLane; ++j) {
-          if (p.feature + j * lanes < geo.width) Red::Step(acc[j], win[j], value[u][j], view[u].edge);
+        for (int q = 0; q < kRuns; ++q) {
+          if (first[q] >= geo.width) continue;
+NGRA_UNROLL
+          for (int i = 0; i < V; ++i) Red::Step(acc[q * V + i], win[q * V + i], value[u][q * V + i], view[u].edge);
         }
-      }
-    }
-    for (; k < range.end; ++k) {
-      const auto view = term.At(item.segment, k, p.part);
-      if (!view.active) continue;
-NGRA_UNROLL
-      for (int j = 0; j < kPerLane; ++j) {
-        const int64_t f = p.feature + j * lanes;
-        if (f < geo.width) Red::Step(acc[j], win[j], term.Value(view, p.part, f), view.edge);
       }
     }
     const bool into_out = item.slot < 0;
     const bool finish = item.slot == kWhole;
     const int64_t row = (into_out ? static_cast<int64_t>(item.segment) : static_cast<int64_t>(item.slot)) * geo.Row() +
                         p.part * geo.width;
-    T* values = into_out ? out : partial;
-    Index* args = into_out ? arg : partial_arg;
+    T* values = (into_out ? out : partial) + row;
+    Index* args = (into_out ? arg : partial_arg) + row;
     const Index degree = seg.Degree(item.segment);
 NGRA_UNROLL
-    for (int j = 0; j < kPerLane; ++j) {
-      const int64_t f = p.feature + j * lanes;
-      if (f >= geo.width) continue;
-      if (finish) Red::Finish(acc[j], win[j], degree);
-      values[row + f] = acc[j];
-      if (Red::kTracksArg) args[row + f] = win[j];
+    for (int q = 0; q < kRuns; ++q) {
+      if (first[q] >= geo.width) continue;
+      if (finish) {
+NGRA_UNROLL
+        for (int i = 0; i < V; ++i) Red::Finish(acc[q * V + i], win[q * V + i], degree);
+      }
+      StoreRun<V>(acc + q * V, values + first[q]);
+      if (Red::kTracksArg) {
+NGRA_UNROLL
+        for (int i = 0; i < V; ++i) args[first[q] + i] = win[q * V + i];
+      }
     }
   }
 };
@@ -308,8 +431,10 @@ NGRA_UNROLL
 
 // d/dweight, one weight per edge (or per block of features): the lanes of a
 // group take the edges of an item in turn, and each sums its edge's features
-// block by block in feature order, as the CPU kernel does.
-template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
+// block by block in feature order, as the CPU kernel does. Each lane reads
+// its own rows, so it reads them in runs of V (vectors where aligned): the
+// group's reads of one step fall in as many rows as it has lanes.
+template <typename Program, bool kArg, WeightKind K, typename T, typename Index, int V = 1>
 struct BlockWeightGradBody {
   Segments<Index> csc;
   Schedule<Index> schedule;
@@ -334,8 +459,14 @@ struct BlockWeightGradBody {
       const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(static_cast<Index>(k)), e);
       for (int64_t b = 0; b < blocks; ++b) {
         T sum = T(0);
-        for (int64_t f = b * block; f < (b + 1) * block; ++f) {
-          if (up.Reaches(v_row + f, e)) sum += Program::WeightGrad(up.grad[v_row + f], src, dst, f, width);
+        for (int64_t first = b * block; first < (b + 1) * block; first += V) {
+          const RunRows<Program, T, V> rows(src, dst, width, first);
+          T g[V];
+          LoadRun<V>(up.grad + v_row + first, g);
+NGRA_UNROLL
+          for (int i = 0; i < V; ++i) {
+            if (up.Reaches(v_row + first + i, e)) sum += Program::WeightGrad(g[i], rows.src, rows.dst, i, V);
+          }
         }
         d_weight[static_cast<int64_t>(e) * blocks + b] = sum;
       }

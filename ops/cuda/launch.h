@@ -322,6 +322,21 @@ std::string BuildSchedule(const Backend& backend, const Segments<Index>& seg, in
 
 // ---- Walks ----
 
+// Calls launch(V) with the widest run V <= kMax (halving down to 1) for which
+// aligned(V * sizeof(T)) holds: every row the kernel touches starts on such
+// a boundary.
+template <int kMax, typename T, typename Launcher, typename Aligned>
+void LaunchWidest(const Launcher& launch, const Aligned& aligned) {
+  if constexpr (kMax > 1) {
+    if (!aligned(kMax * static_cast<int64_t>(sizeof(T)))) return LaunchWidest<kMax / 2, T>(launch, aligned);
+  }
+  launch(std::integral_constant<int, kMax>{});
+}
+
+// At most one 16-byte vector per run, and no more than a lane's registers.
+template <typename T>
+constexpr int kMaxRun = 16 / sizeof(T) < kPerLane ? 16 / sizeof(T) : kPerLane;
+
 // Runs a segment reduction of `term` over `schedule`, then folds split segments.
 template <Reduce R, typename Backend, typename Term, typename T, typename Index>
 std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const Schedule<Index>& schedule,
@@ -334,7 +349,18 @@ std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const
   NGRA_GPU_RETURN_IF_ERROR(scratch.error());
   const int64_t threads = schedule.max_items * geo.UnitsPerItem() * geo.Lanes();
   NGRA_GPU_RETURN_IF_ERROR(CheckThreads(threads));
-  Launch(backend, SegmentReduceBody<R, Term, T, Index>{seg, schedule, geo, term, out, arg, partial, partial_arg}, threads);
+  // Vector runs where every row read or written is aligned for them (TF's
+  // buffers are; the width decides: 16 bytes for d = 128, 8 for d = 602).
+  LaunchWidest<kMaxRun<T>, T>(
+      [&](auto run) {
+        Launch(backend,
+               SegmentReduceBody<R, Term, T, Index, decltype(run)::value>{seg, schedule, geo, term, out, arg, partial,
+                                                                          partial_arg},
+               threads);
+      },
+      [&](int64_t bytes) {
+        return term.Aligned(bytes) && RowsAligned(out, geo.width, bytes) && RowsAligned(partial, geo.width, bytes);
+      });
   if (schedule.max_split > 0) {
     Launch(backend, CombineBody<R, T, Index>{seg.indptr, schedule, geo, partial, partial_arg, out, arg},
            schedule.max_split * geo.UnitsPerItem() * geo.Lanes());
@@ -432,9 +458,18 @@ std::string WeightGradWalk(const Backend& backend, const FusedProblem<T, Index>&
     constexpr int kLanesLog2 = 5;
     const int64_t threads = schedule.max_items << kLanesLog2;
     NGRA_GPU_RETURN_IF_ERROR(CheckThreads(threads));
-    Launch(backend,
-           BlockWeightGradBody<Program, kArg, K, T, Index>{problem.csc, schedule, kLanesLog2, problem.in, up, out},
-           threads);
+    const int64_t block = problem.in.width / problem.in.weight_width;
+    LaunchWidest<kMaxRun<T>, T>(
+        [&](auto run) {
+          Launch(backend,
+                 BlockWeightGradBody<Program, kArg, K, T, Index, decltype(run)::value>{problem.csc, schedule,
+                                                                                      kLanesLog2, problem.in, up, out},
+                 threads);
+        },
+        [&](int64_t bytes) {
+          return block * static_cast<int64_t>(sizeof(T)) % bytes == 0 && OperandsAligned<K>(problem.in, bytes) &&
+                 RowsAligned(up.grad, problem.in.width, bytes);
+        });
   }
   return LastError(backend);
 }
@@ -458,7 +493,8 @@ std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Ind
   const Segments<Index>& walked = wrt == Wrt::kXSrc ? problem.csr : problem.csc;
   if (walked.num_segments == 0) return LastError(backend);
   Schedule<Index> schedule;
-  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, walked, problem.num_edges, config, &schedule));
+  const WalkConfig walk = wrt == Wrt::kEdgeWeight ? PerEdgeWalk(config) : config;
+  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, walked, problem.num_edges, walk, &schedule));
 
   return WithProgram(problem.program, [&](auto program) {
     using P = decltype(program);

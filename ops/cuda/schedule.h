@@ -21,9 +21,11 @@
 //
 // Thread groups. An item's row of `width` features is cut into tiles of
 // lanes * kPerLane features; a group of `lanes` threads (a power of two up
-// to a warp) owns one (item, part, tile) and lane l accumulates features
-// tile_start + l + lanes * j, j < kPerLane, in registers. Consecutive lanes
-// read consecutive features of the same gathered row, so the reads coalesce.
+// to a warp) owns one (item, part, tile) and lane l accumulates kPerLane
+// features in registers: tile_start + l + lanes * j, j < kPerLane, or, where
+// rows are aligned for vector loads, runs of adjacent features (RunStart).
+// Either way the group reads contiguous stretches of each gathered row, so
+// the reads coalesce.
 #ifndef NGRA_OPS_CUDA_SCHEDULE_H_
 #define NGRA_OPS_CUDA_SCHEDULE_H_
 
@@ -73,7 +75,11 @@ inline void ScheduleBounds(int64_t num_segments, int64_t num_positions, int64_t 
   *max_items = num_segments + *max_slots;
 }
 
-constexpr int kPerLane = 4;  // features per lane per tile: registers of accumulators
+// Tuning knobs, fixed at compile time (tools/bench_cuda.py --define sweeps them).
+#ifndef NGRA_GPU_PER_LANE
+#define NGRA_GPU_PER_LANE 4
+#endif
+constexpr int kPerLane = NGRA_GPU_PER_LANE;  // features per lane per tile: registers of accumulators
 constexpr int kMaxLanes = 32;
 
 struct Geometry {
@@ -104,16 +110,19 @@ inline Geometry GeometryFor(int64_t width, int64_t parts) {
 // the tile fastest (the groups of one item sit side by side and share its
 // index reads), and the lane's first feature.
 struct ThreadPlace {
-  int64_t item, part, feature;
+  int64_t item, part, tile, lane;
+  int64_t feature;  // the lane's first feature when lanes interleave (tile * g.tile + lane)
 };
 NGRA_HOST_DEVICE inline ThreadPlace Place(const Geometry& g, int64_t t) {
   const int64_t unit = t >> g.lanes_log2;
   const int64_t lane = t & (g.Lanes() - 1);
   const int64_t per_item = g.UnitsPerItem();
   ThreadPlace p;
+  p.lane = lane;
   if (per_item == 1) {  // one part, one tile: the common case, without divisions
     p.item = unit;
     p.part = 0;
+    p.tile = 0;
     p.feature = lane;
     return p;
   }
@@ -124,8 +133,19 @@ NGRA_HOST_DEVICE inline ThreadPlace Place(const Geometry& g, int64_t t) {
   const int64_t rest = unit - static_cast<int64_t>(item) * per_item;
   p.item = static_cast<int64_t>(item);
   p.part = rest / g.tiles;
-  p.feature = (rest - p.part * g.tiles) * g.tile + lane;
+  p.tile = rest - p.part * g.tiles;
+  p.feature = p.tile * g.tile + lane;
   return p;
+}
+
+// The first feature of a lane's q-th run of V adjacent features (q <
+// kPerLane / V). V = 1: the lanes interleave, feature tile start + lane +
+// q * lanes, so each register's reads coalesce across the group. V > 1: a
+// lane's V registers hold adjacent features, one V-wide load per run, and
+// the group still reads one contiguous stretch per run.
+template <int V>
+NGRA_HOST_DEVICE inline int64_t RunStart(const Geometry& g, const ThreadPlace& p, int q) {
+  return ((p.tile * (kPerLane / V) + q) * g.Lanes() + p.lane) * V;
 }
 
 // Positions [begin, end) of a work item.
