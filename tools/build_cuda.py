@@ -174,14 +174,21 @@ def build_harness_without_nvcc(out, compiler="g++", verbose=False) -> str:
     return target
 
 
-def build_bench_lib(archs, out, nvcc=None, verbose=False) -> str:
-    """libngra_bench.so: the C entry points tools/bench_cuda.py loads with ctypes."""
+def build_bench_lib(archs, out, nvcc=None, verbose=False, defines=()) -> str:
+    """libngra_bench.so: the C entry points tools/bench_cuda.py loads with ctypes.
+
+    defines: NAME=VALUE macros for the kernels' tuning knobs (NGRA_GPU_*); each
+    set gets its own library beside the default one.
+    """
     nvcc = nvcc or find_nvcc()
     if nvcc is None:
         raise RuntimeError("nvcc not found")
-    objects = compile_objects([BENCH], archs, out, nvcc, verbose=verbose)
-    target = os.path.join(out, "libngra_bench.so")
-    flags_key = " ".join(common_flags(archs)) + " bench"
+    extra = [f"-D{d}" for d in defines]
+    flags = common_flags(archs) + extra
+    objects = compile_jobs([(BENCH, flags)], out, nvcc, verbose=verbose)
+    suffix = "-" + hashlib.sha1(" ".join(extra).encode()).hexdigest()[:8] if extra else ""
+    target = os.path.join(out, f"libngra_bench{suffix}.so")
+    flags_key = " ".join(flags) + " bench"
     if not _up_to_date(target, flags_key):
         link(objects, target, nvcc, shared=True, verbose=verbose)
         with open(target + ".flags", "w") as f:

@@ -1,14 +1,18 @@
 // C entry points for tools/bench_cuda.py (ctypes; no TensorFlow): the fused
 // gather src_mul_edge + sum with one scalar weight per edge, float32, int32
-// indices, out = A @ X for A in CSC form (one segment per output row).
+// indices, out = A @ X for A in CSC form (one segment per output row), and
+// its two gradients for an upstream gradient G = d loss / d out.
 //
-// Two ways to time it:
+// Two ways to time the forward:
 //   ngra_bench_spmm:    the kernels alone, over a schedule built once by
 //                       ngra_bench_create (what a graph that is reused pays);
 //   ngra_bench_spmm_op: what the TF op does per call: device-side argument
 //                       checks with one synchronisation, the schedule, then
 //                       the kernels, with scratch from a preallocated arena
 //                       (TF's allocator is pooled too).
+// The gradients, kernels alone over prebuilt schedules, as the first:
+//   ngra_bench_grad_src:    d/dx_src = A^T @ G, a walk over the CSR segments;
+//   ngra_bench_grad_weight: d/dweight[e] = G[dst(e)] . x[src(e)], over the CSC ones.
 // Everything runs on the stream given to ngra_bench_create. Functions return
 // 0 on success; ngra_bench_error() says what failed.
 #include <cuda_runtime.h>
@@ -28,6 +32,7 @@ using ngra::Reduce;
 using ngra::Segments;
 using ngra::SrcMulEdge;
 using ngra::WeightKind;
+using ngra::gpu::FusedProblem;
 using ngra::gpu::GpuStream;
 using ngra::gpu::Schedule;
 
@@ -59,18 +64,41 @@ class Arena {
 
 struct Bench {
   GpuStream gpu;
-  Segments<int32_t> csc;
+  Segments<int32_t> csc;  // by destination; edge ids are positions
+  Segments<int32_t> csr;  // by source; edge_ids maps to the CSC positions
   int64_t num_src = 0, num_edges = 0, chunk = 256;
-  Schedule<int32_t> schedule;
-  Arena persistent;  // the prebuilt schedule
+  Schedule<int32_t> schedule;       // of csc: the forward
+  Schedule<int32_t> csr_schedule;   // of csr: d/dx_src
+  Schedule<int32_t> edge_schedule;  // of csc in finer chunks (PerEdgeWalk): d/dweight
+  Arena persistent;  // the prebuilt schedules
   Arena scratch;     // per call
 };
 
 using Term = ngra::gpu::MessageTerm<SrcMulEdge, WeightKind::kScalar, float, int32_t>;
+// Sum has no winners to mask the upstream gradient with (kArg = false).
+using Upstream = ngra::gpu::UpstreamGrad<false, float, int32_t>;
+using SrcGradTerm = ngra::gpu::SrcGradTerm<SrcMulEdge, false, WeightKind::kScalar, float, int32_t>;
+
+// Device memory of one prebuilt schedule: a few arrays per segment and one item per chunk.
+size_t ScheduleBytes(int64_t num_segments, int64_t num_edges, int64_t chunk) {
+  return static_cast<size_t>(64 * (num_segments + 1) + 24 * (num_segments + num_edges / chunk + 1));
+}
 
 int Fail(const std::string& message) {
   g_error = message;
   return 1;
+}
+
+// One timed entry point: fresh scratch, the handle's device, then fn(bench),
+// which returns "" or an error message.
+template <typename Fn>
+int Call(void* handle, Fn&& fn) {
+  auto* b = static_cast<Bench*>(handle);
+  b->scratch.Reset();
+  ngra::gpu::DeviceScope scope(b->gpu);
+  std::string error = scope.error();
+  if (error.empty()) error = fn(b);
+  return error.empty() ? 0 : Fail(error);
 }
 
 Operands<float> OperandsOf(const float* x, const float* weight, int64_t width) {
@@ -88,19 +116,27 @@ extern "C" {
 
 const char* ngra_bench_error() { return g_error.c_str(); }
 
-// indptr [num_dst + 1] and indices [num_edges] are device arrays that must
-// outlive the handle. scratch_bytes bounds one op call's scratch.
+// The same edges twice, as device arrays that must outlive the handle:
+// grouped by destination, indptr [num_dst + 1] and indices [num_edges] (the
+// sources); grouped by source, csr_indptr [num_src + 1], csr_dst
+// [num_edges] and csr_edge [num_edges] (each position's edge, i.e. its
+// position in the first grouping). scratch_bytes bounds one call's scratch.
 void* ngra_bench_create(void* stream, int device, int64_t num_dst, int64_t num_src, int64_t num_edges,
-                        const int32_t* indptr, const int32_t* indices, int64_t chunk, int64_t scratch_bytes) {
+                        const int32_t* indptr, const int32_t* indices, const int32_t* csr_indptr,
+                        const int32_t* csr_dst, const int32_t* csr_edge, int64_t chunk, int64_t scratch_bytes) {
   auto* b = new Bench;
   b->gpu.stream = stream;
   b->gpu.device = device;
   b->csc = Segments<int32_t>{indptr, num_edges > 0 ? indices : nullptr, nullptr, num_dst};
+  b->csr = Segments<int32_t>{csr_indptr, num_edges > 0 ? csr_dst : nullptr, num_edges > 0 ? csr_edge : nullptr,
+                             num_src};
   b->num_src = num_src;
   b->num_edges = num_edges;
   b->chunk = chunk;
-  // The schedule needs a few arrays per segment and one item per chunk.
-  const size_t schedule_bytes = static_cast<size_t>(64 * (num_dst + 1) + 24 * (num_dst + num_edges / chunk + 1)) +
+  // The three schedules, and room for the temporaries of their sorts and scans.
+  const ngra::gpu::WalkConfig config{chunk};
+  const size_t schedule_bytes = ScheduleBytes(num_dst, num_edges, chunk) + ScheduleBytes(num_src, num_edges, chunk) +
+                                ScheduleBytes(num_dst, num_edges, ngra::gpu::PerEdgeWalk(config).max_chunk) +
                                 (64 << 20);
   cudaError_t status = b->persistent.Reserve(schedule_bytes);
   if (status == cudaSuccess) status = b->scratch.Reserve(static_cast<size_t>(scratch_bytes));
@@ -112,7 +148,11 @@ void* ngra_bench_create(void* stream, int device, int64_t num_dst, int64_t num_s
   b->gpu.allocate = [b](size_t bytes) { return b->persistent.Allocate(bytes); };
   ngra::gpu::DeviceScope scope(b->gpu);
   std::string error = scope.error();
-  if (error.empty()) error = ngra::gpu::BuildSchedule(b->gpu, b->csc, num_edges, ngra::gpu::WalkConfig{chunk}, &b->schedule);
+  if (error.empty()) error = ngra::gpu::BuildSchedule(b->gpu, b->csc, num_edges, config, &b->schedule);
+  if (error.empty()) error = ngra::gpu::BuildSchedule(b->gpu, b->csr, num_edges, config, &b->csr_schedule);
+  if (error.empty()) {
+    error = ngra::gpu::BuildSchedule(b->gpu, b->csc, num_edges, ngra::gpu::PerEdgeWalk(config), &b->edge_schedule);
+  }
   if (error.empty()) error = ngra::gpu::LastError(b->gpu);
   if (!error.empty()) {
     Fail(error);
@@ -127,49 +167,67 @@ void ngra_bench_destroy(void* handle) { delete static_cast<Bench*>(handle); }
 
 // out [num_dst, width] = sum over edges of weight[e] * x[src(e)]; x [num_src, width].
 int ngra_bench_spmm(void* handle, const float* x, const float* weight, int64_t width, float* out) {
-  auto* b = static_cast<Bench*>(handle);
-  b->scratch.Reset();
-  ngra::gpu::DeviceScope scope(b->gpu);
-  std::string error = scope.error();
-  if (error.empty()) {
-    error = ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->schedule, ngra::gpu::GeometryFor(width, 1),
-                                                Term{b->csc, OperandsOf(x, weight, width)}, out,
-                                                static_cast<int32_t*>(nullptr));
-  }
-  return error.empty() ? 0 : Fail(error);
+  return Call(handle, [&](Bench* b) {
+    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->schedule, ngra::gpu::GeometryFor(width, 1),
+                                               Term{b->csc, OperandsOf(x, weight, width)}, out,
+                                               static_cast<int32_t*>(nullptr));
+  });
 }
 
 // The same through the TF op's path: checks of csc_indptr and csc_src on the
 // device (one synchronisation), a fresh schedule, then the kernels.
 int ngra_bench_spmm_op(void* handle, const float* x, const float* weight, int64_t width, float* out) {
-  auto* b = static_cast<Bench*>(handle);
-  b->scratch.Reset();
-  ngra::gpu::DeviceScope scope(b->gpu);
-  std::string error = scope.error();
-  if (error.empty()) {
+  return Call(handle, [&](Bench* b) {
     ngra::gpu::Validator<GpuStream, int32_t> v(b->gpu);
     const int h = v.Indptr("csc_indptr", b->csc.indptr, b->csc.num_segments + 1);
     v.Host([&]() -> std::string { return v.Last(h) == b->num_edges ? "" : "csc_src must be a vector of indptr[-1] ids"; });
     v.Ids("csc_src", b->csc.indices, b->num_edges, 0, b->num_src);
-    error = v.Finish();
-  }
-  Schedule<int32_t> schedule;
-  if (error.empty()) {
-    error = ngra::gpu::BuildSchedule(b->gpu, b->csc, b->num_edges, ngra::gpu::WalkConfig{b->chunk}, &schedule);
-  }
-  if (error.empty()) {
-    error = ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, schedule, ngra::gpu::GeometryFor(width, 1),
-                                                Term{b->csc, OperandsOf(x, weight, width)}, out,
-                                                static_cast<int32_t*>(nullptr));
-  }
-  return error.empty() ? 0 : Fail(error);
+    std::string error = v.Finish();
+    Schedule<int32_t> schedule;
+    if (error.empty()) {
+      error = ngra::gpu::BuildSchedule(b->gpu, b->csc, b->num_edges, ngra::gpu::WalkConfig{b->chunk}, &schedule);
+    }
+    if (error.empty()) {
+      error = ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, schedule, ngra::gpu::GeometryFor(width, 1),
+                                                  Term{b->csc, OperandsOf(x, weight, width)}, out,
+                                                  static_cast<int32_t*>(nullptr));
+    }
+    return error;
+  });
 }
 
-// The schedule's totals {items, split segments, partial rows}, for the report.
-int ngra_bench_schedule_counts(void* handle, int64_t* counts) {
+// The d/dx_src kernels of RunFusedGatherGrad (sum, scalar weight): out
+// [num_src, width] = sum over the edges u -> v of weight[e] * grad[v], grad
+// [num_dst, width]. src_mul_edge's derivative does not read x_src.
+int ngra_bench_grad_src(void* handle, const float* grad, const float* weight, int64_t width, float* out) {
+  return Call(handle, [&](Bench* b) {
+    return ngra::gpu::ReduceWalk<Reduce::kSum>(
+        b->gpu, b->csr, b->csr_schedule, ngra::gpu::GeometryFor(width, 1),
+        SrcGradTerm{b->csr, OperandsOf(nullptr, weight, width), Upstream{grad, nullptr}}, out,
+        static_cast<int32_t*>(nullptr));
+  });
+}
+
+// The d/dweight kernel of RunFusedGatherGrad (sum, scalar weight): out
+// [num_edges] = dot(grad[dst(e)], x[src(e)]), by CSC position; the weight
+// itself is not read.
+int ngra_bench_grad_weight(void* handle, const float* x, const float* grad, int64_t width, float* out) {
+  return Call(handle, [&](Bench* b) {
+    FusedProblem<float, int32_t> problem;  // the walk reads the CSC segments and the operands
+    problem.csc = b->csc;
+    problem.in = OperandsOf(x, nullptr, width);
+    return ngra::gpu::WeightGradWalk<SrcMulEdge, false, WeightKind::kScalar>(b->gpu, problem, b->edge_schedule,
+                                                                             Upstream{grad, nullptr}, out);
+  });
+}
+
+// A schedule's totals {items, split segments, partial rows}, for the report:
+// the forward's (by destination), or with csr != 0 the d/dx_src walk's.
+int ngra_bench_schedule_counts(void* handle, int csr, int64_t* counts) {
   auto* b = static_cast<Bench*>(handle);
+  const Schedule<int32_t>& schedule = csr ? b->csr_schedule : b->schedule;
   int32_t host[3] = {0, 0, 0};
-  if (cudaMemcpy(host, b->schedule.counts, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) {
+  if (cudaMemcpy(host, schedule.counts, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) {
     return Fail("reading the schedule counts");
   }
   for (int i = 0; i < 3; ++i) counts[i] = host[i];

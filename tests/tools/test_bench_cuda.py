@@ -5,6 +5,7 @@ interface (built and loaded, not run), and the orchestration of one case
 against a numpy stand-in for CuPy and the library."""
 
 import ctypes
+import json
 import pathlib
 import sys
 import types
@@ -30,11 +31,13 @@ def check_csr(indptr, indices, n):
 def test_arguments():
     args = bench_cuda.parse_args([])
     assert args.densities == [0.0001, 0.001, 0.01, 0.1] and args.widths == [128, 602]
-    assert (args.vertices, args.edges, args.chunk) == (233_000, 23_200_000, 256)
+    assert (args.vertices, args.edges, args.chunk) == (233_000, 23_200_000, 1024)
     quick = bench_cuda.parse_args(["--quick", "--repeats=9"])
     assert (quick.vertices, quick.edges, quick.repeats) == (23_300, 2_320_000, 5)
     assert bench_cuda.parse_args(["--densities=0.5", "--widths=7"]).widths == [7]
-    for bad in (["--densities=2"], ["--densities=x"], ["--widths=0"], ["--chunk=0"]):
+    assert args.passes == ["forward", "dx", "dweight"]
+    assert bench_cuda.parse_args(["--passes=dweight, forward"]).passes == ["forward", "dweight"]
+    for bad in (["--densities=2"], ["--densities=x"], ["--widths=0"], ["--chunk=0"], ["--passes=dy"], ["--passes=,"]):
         with pytest.raises(SystemExit):
             bench_cuda.parse_args(bad)
 
@@ -69,10 +72,28 @@ def test_csr_matches_scipy():
     np.testing.assert_allclose(ours @ x, theirs @ x, rtol=1e-12)
 
 
+def test_transpose_matches_scipy():
+    indptr, indices = bench_cuda.uniform_graph(60, 900, seed=5)
+    t_indptr, t_indices, positions = bench_cuda.transpose_csr(indptr, indices, 60)
+    check_csr(t_indptr, t_indices, 60)
+    assert positions.dtype == np.int32 and np.array_equal(np.sort(positions), np.arange(900))
+    w = np.random.default_rng(5).random(900)
+    a = sp.csr_matrix((w, indices, indptr), shape=(60, 60))
+    a_t = sp.csr_matrix((w[positions], t_indices, t_indptr), shape=(60, 60))
+    assert (a_t != a.T).nnz == 0
+    # Entry k of A^T is the edge positions[k] of A: its source is A's column there.
+    assert np.array_equal(indices[positions], np.repeat(np.arange(60), np.diff(t_indptr)))
+
+
 def test_traffic_bytes():
     parts = bench_cuda.traffic_bytes(num_rows=10, nnz=100, width=8)
     assert parts == {"indptr": 44, "indices": 400, "weights": 400, "gathered rows": 3200, "output": 320,
                      "total": 4364}
+    dx = bench_cuda.dx_traffic_bytes(num_src=10, nnz=100, width=8)
+    assert dx["edge ids"] == 400 and dx["total"] == 4364 + 400
+    assert bench_cuda.dweight_traffic_bytes(nnz=100, width=8) == {"indices": 800, "gathered rows": 6400,
+                                                                  "output": 400, "total": 7600}
+    assert bench_cuda.pass_bytes("dx", 10, 100, 8) == dx["total"]
 
 
 def test_peak_bandwidth(monkeypatch):
@@ -99,7 +120,19 @@ def test_scratch_covers_partial_rows():
 def test_dry_run_prints_every_case(capsys):
     bench_cuda.main(["--dry-run", "--densities=0.0001,0.001", "--vertices=3000", "--edges=30000", "--widths=16,32"])
     out = capsys.readouterr().out
-    assert out.count("moved without reuse") == 4 and "density 0.01%" in out and "d = 32" in out
+    assert out.count("moved without reuse") == 4 * 3 and "density 0.01%" in out and "d = 32" in out
+    bench_cuda.main(["--dry-run", "--no-reddit", "--densities=0.001", "--passes=dweight"])
+    assert capsys.readouterr().out.count("moved without reuse") == 1
+
+
+def test_dry_run_writes_json(tmp_path):
+    path = tmp_path / "bench.json"
+    bench_cuda.main(["--dry-run", "--no-reddit", "--densities=0.001", "--passes=forward,dx", f"--json={path}"])
+    report = json.loads(path.read_text())
+    assert report["device"] is None and report["settings"]["repeats"] == 20
+    workload = report["workloads"]["A @ X, density 0.1%"]
+    assert workload["edges"] == 100_000 and set(workload["passes"]) == {"forward", "dx"}
+    assert workload["passes"]["dx"]["bytes"] == bench_cuda.dx_traffic_bytes(10_000, 100_000, 128)["total"]
 
 
 def test_row_formatting():
@@ -113,7 +146,7 @@ def test_library_builds_and_loads(tmp_path):
     lib = bench_cuda.load_library(["90"], str(ROOT / "build" / "cuda"))
     assert lib.ngra_bench_create.restype is ctypes.c_void_p
     # Without a GPU (or driver) creating a handle fails with a CUDA message, not a crash.
-    handle = lib.ngra_bench_create(None, 0, 1, 1, 0, None, None, 256, 1 << 20)
+    handle = lib.ngra_bench_create(None, 0, 1, 1, 0, None, None, None, None, None, 256, 1 << 20)
     if handle is None:
         assert "CUDA" in lib.ngra_bench_error().decode() or "cuda" in lib.ngra_bench_error().decode()
     else:
@@ -126,7 +159,7 @@ def test_library_builds_and_loads(tmp_path):
 class FakeDevice:
     """Just enough of CuPy, on numpy arrays; pointers are keys into a table."""
 
-    def __init__(self):
+    def __init__(self, free_bytes=1 << 34):
         self.arrays = {}
         self.float32 = np.float32
         device = self
@@ -147,7 +180,9 @@ class FakeDevice:
 
         self.cuda = types.SimpleNamespace(
             get_current_stream=lambda: types.SimpleNamespace(ptr=0), Device=lambda *a: types.SimpleNamespace(id=0),
-            Event=Event, get_elapsed_time=lambda a, b: 1.5)
+            Event=Event, get_elapsed_time=lambda a, b: 1.5,
+            runtime=types.SimpleNamespace(memGetInfo=lambda: (free_bytes, 2 * free_bytes)))
+        self.get_default_memory_pool = lambda: types.SimpleNamespace(free_bytes=lambda: 0)
 
     def register(self, array):
         key = id(array)
@@ -165,7 +200,8 @@ class FakeDevice:
 
 
 class FakeLibrary:
-    """The C interface of cuda_bench.cu, computed with scipy."""
+    """The C interface of cuda_bench.cu, computed with scipy from the CSC arrays alone,
+    so that the checks also test the CSR arrays and A^T the benchmark builds."""
 
     def __init__(self, device):
         self.device = device
@@ -174,40 +210,86 @@ class FakeLibrary:
     def ngra_bench_error(self):
         return b"fake error"
 
-    def ngra_bench_create(self, stream, dev, n_dst, n_src, nnz, indptr, indices, chunk, scratch):
+    def ngra_bench_create(self, stream, dev, n_dst, n_src, nnz, indptr, indices, csr_indptr, csr_dst, csr_edge,
+                          chunk, scratch):
         assert scratch >= bench_cuda.scratch_bytes(n_dst, nnz, 1, chunk)
+        assert self.device.arrays[csr_indptr].size == n_src + 1 and self.device.arrays[csr_edge].size == nnz
         key = len(self.handles) + 1
         self.handles[key] = (self.device.arrays[indptr], self.device.arrays[indices], n_dst, n_src)
         return key
 
-    def _spmm(self, handle, x, w, width, out):
+    def _matrix(self, handle, weight):
         indptr, indices, n_dst, n_src = self.handles[handle]
-        a = sp.csr_matrix((self.device.arrays[w], indices, indptr), shape=(n_dst, n_src))
-        self.device.arrays[out][:] = a @ self.device.arrays[x]
+        return sp.csr_matrix((weight, indices, indptr), shape=(n_dst, n_src))
+
+    def _spmm(self, handle, x, w, width, out):
+        self.device.arrays[out][:] = self._matrix(handle, self.device.arrays[w]) @ self.device.arrays[x]
         return 0
 
     ngra_bench_spmm = ngra_bench_spmm_op = _spmm
 
-    def ngra_bench_schedule_counts(self, handle, counts):
-        counts[0], counts[1], counts[2] = 7, 1, 2
+    def ngra_bench_grad_src(self, handle, grad, w, width, out):
+        self.device.arrays[out][:] = self._matrix(handle, self.device.arrays[w]).T @ self.device.arrays[grad]
+        return 0
+
+    def ngra_bench_grad_weight(self, handle, x, grad, width, out):
+        indptr, indices, _, _ = self.handles[handle]
+        dst = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+        self.device.arrays[out][:] = (self.device.arrays[grad][dst] * self.device.arrays[x][indices]).sum(axis=1)
+        return 0
+
+    def ngra_bench_schedule_counts(self, handle, csr, counts):
+        counts[0], counts[1], counts[2] = (8, 0, 0) if csr else (7, 1, 2)
         return 0
 
     def ngra_bench_destroy(self, handle):
         del self.handles[handle]
 
 
-def test_case_orchestration(monkeypatch, capsys):
-    device = FakeDevice()
+@pytest.fixture
+def fake_cupyx(monkeypatch):
     sparse = types.ModuleType("cupyx.scipy.sparse")
     sparse.csr_matrix = lambda args, shape: sp.csr_matrix(tuple(np.asarray(a) for a in args), shape=shape)
     for name, module in {"cupyx": types.ModuleType("cupyx"), "cupyx.scipy": types.ModuleType("cupyx.scipy"),
                          "cupyx.scipy.sparse": sparse}.items():
         monkeypatch.setitem(sys.modules, name, module)
+
+
+def test_case_orchestration(fake_cupyx, capsys):
+    device = FakeDevice()
     lib = FakeLibrary(device)
     args = bench_cuda.parse_args(["--repeats=2", "--warmup=1"])
     env = {"cp": device, "lib": lib, "torch": None, "peak": 1000.0}
-    times = bench_cuda.run_case("tiny", bench_cuda.uniform_graph(300, 3000, seed=4), 16, args, env)
-    assert set(times) == {"ngra fused_gather", "ngra fused_gather (op)", "cuSPARSE SpMM (CuPy)"}
+    workload = bench_cuda.run_case("tiny", bench_cuda.power_law_graph(300, 3000, seed=4), 16, args, env)
+    passes = workload["passes"]
+    assert set(passes["forward"]["systems"]) == {"ngra fused_gather", "ngra fused_gather (op)", "cuSPARSE SpMM (CuPy)"}
+    assert set(passes["dx"]["systems"]) == {"ngra fused_gather_grad", "cuSPARSE SpMM (CuPy)"}
+    assert set(passes["dweight"]["systems"]) == {"ngra fused_gather_grad", "gather + sum (CuPy)"}
+    assert passes["dx"]["systems"]["ngra fused_gather_grad"]["ratio"] == 1.0
+    assert passes["dweight"]["systems"]["ngra fused_gather_grad"]["ratio"] is None  # no torch: no SDDMM baseline
+    assert passes["dweight"]["bytes"] == bench_cuda.dweight_traffic_bytes(3000, 16)["total"]
     assert lib.handles == {}  # closed
     out = capsys.readouterr().out
-    assert "7 work items, 1 split segments, 2 partial rows" in out and "1.00x" in out
+    assert "7 work items, 1 split segments, 2 partial rows" in out and "8 work items" in out and "1.00x" in out
+    assert out.count("median ms") == 3
+
+
+def test_case_skips_a_gather_that_does_not_fit(fake_cupyx, capsys):
+    device = FakeDevice(free_bytes=4 * 3000 * 16 * 4 - 1)
+    args = bench_cuda.parse_args(["--repeats=1", "--warmup=0", "--passes=dweight"])
+    env = {"cp": device, "lib": FakeLibrary(device), "torch": None, "peak": None}
+    workload = bench_cuda.run_case("tiny", bench_cuda.uniform_graph(300, 3000, seed=4), 16, args, env)
+    assert set(workload["passes"]) == {"dweight"}
+    assert set(workload["passes"]["dweight"]["skipped"]) == {"gather + sum (CuPy)"}
+    assert "gather + sum (CuPy): skipped" in capsys.readouterr().out
+
+
+def test_case_check_catches_a_wrong_gradient(fake_cupyx):
+    device = FakeDevice()
+    lib = FakeLibrary(device)
+    lib.ngra_bench_grad_weight = lambda handle, x, grad, width, out: device.arrays[out].fill(0) or 0
+    args = bench_cuda.parse_args(["--repeats=1", "--warmup=0", "--passes=dweight"])
+    env = {"cp": device, "lib": lib, "torch": None, "peak": None}
+    with pytest.raises(AssertionError, match="d/dweight.*ngra fused_gather_grad"):
+        bench_cuda.run_case("tiny", bench_cuda.uniform_graph(300, 3000, seed=4), 16, args, env)
+    assert lib.handles == {}
