@@ -1,6 +1,7 @@
 # The two commands of the README: `make example` and `make test`. Both set up
-# .venv from requirements.txt when it is missing or stale, and rebuild the op
-# library only when its sources change.
+# .venv from requirements.txt when it is missing or stale, with ngra-tf
+# installed into it editable (so `import ngra_tf` works from anywhere with
+# .venv/bin/python), and rebuild the op library only when its sources change.
 PYTHON ?= python3
 VENV := .venv
 PY := $(abspath $(VENV))/bin/python
@@ -8,9 +9,8 @@ STAMP := $(VENV)/.installed
 OPS_LIB := ngra_tf/ops/_ngra_ops.so
 OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
-export PYTHONPATH := $(CURDIR)$(if $(PYTHONPATH),:$(PYTHONPATH))
 
-.PHONY: example test bench bazel test-bazel ops clean
+.PHONY: example test test-slow bench bazel test-bazel ops clean
 
 # The main job: check propagation on Cora against scipy, then train a GCN on it.
 example: $(OPS_LIB)
@@ -19,6 +19,11 @@ example: $(OPS_LIB)
 
 test: $(OPS_LIB)
 	$(PY) -m pytest tests
+
+# The long runs: README commands that train for minutes or install into a
+# fresh clone (tests marked slow).
+test-slow: $(OPS_LIB)
+	$(PY) -m pytest -m slow tests
 
 bench: $(OPS_LIB)
 	$(PY) tools/bench_kernels.py
@@ -31,8 +36,9 @@ $(STAMP): requirements.txt
 	$(PY) -m pip install -q -r requirements.txt
 	touch $@
 
+# An editable install builds the op library in place (ngra_tf/ops/).
 $(OPS_LIB): $(STAMP) $(OPS_SRCS) setup.py
-	$(PY) setup.py -q build_ext --inplace
+	$(PY) -m pip install -q --no-deps --no-build-isolation -e .
 	touch $@
 
 # The same sources built by Bazel (offline); the op tests then run against

@@ -105,12 +105,14 @@ setup(
     version="0.1.0",
     description="NGra-style large-graph GNN training for TensorFlow 2: SAGA-NN layers, chunked propagation ops.",
     packages=find_packages(include=["ngra_tf", "ngra_tf.*"]),
+    package_data={"ngra_tf.graph": ["data/*.npz"]},  # Cora, for datasets.cora()
     python_requires=">=3.9",
     install_requires=["tensorflow>=2.16,<2.17", "numpy>=1.23,<2", "scipy>=1.9", "absl-py>=1.0"],
     extras_require={
         "io": ["tensorflow-io>=0.37,<0.38"],
         "test": ["pytest>=7", "hypothesis>=6"],
-        "bench": ["torch>=2.1", "torch_geometric>=2.4"],
+        "plot": ["matplotlib>=3.5"],
+        "bench": ["torch>=2.1", "torch_geometric>=2.4", "matplotlib>=3.5"],
     },
     ext_modules=[
         Extension(

@@ -17,7 +17,7 @@ import ngra_tf
 from ngra_tf.graph import datasets
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("data", None, "Cora .npz file (default: data/cora.npz in the repository).")
+flags.DEFINE_string("data", None, "Cora .npz file (default: the copy shipped with ngra_tf).")
 flags.DEFINE_integer("hops", 2, "Number of propagation steps K.", lower_bound=1)
 flags.DEFINE_integer("parts", 4, "Vertex intervals P of the partitioned run (P x P chunks).", lower_bound=1)
 flags.DEFINE_integer("repeats", 5, "Timing runs; the median is printed.", lower_bound=1)

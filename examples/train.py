@@ -3,7 +3,7 @@
     python examples/train.py --model=gcn --dataset=cora --epochs=200 --hidden=16 --lr=0.01
 
 Models: gcn, commnet, mpgcn, ggcn, ggnn, gat (ngra_tf.recipes). Datasets: cora
-(the Planetoid split shipped in data/) or a synthetic preset shaped like NGra's
+(the Planetoid split shipped with ngra_tf) or a synthetic preset shaped like NGra's
 Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
 labels. --profile_dir writes a TensorBoard profile of a few training steps.
 """
@@ -47,16 +47,6 @@ flags.DEFINE_string("profile_dir", None, "If set, write a TensorFlow profiler tr
 flags.DEFINE_integer("verbose", 0, "Keras verbosity for fit (0 silent, 1 progress bar, 2 one line per epoch).")
 
 
-def masks(dataset):
-    n = dataset.graph.num_vertices
-    out = []
-    for index in (dataset.train_index, dataset.val_index, dataset.test_index):
-        mask = np.zeros(n, np.float32)
-        mask[index] = 1.0
-        out.append(mask)
-    return out
-
-
 def load(name, seed):
     if name in datasets.PRESETS:
         return datasets.synthetic(name, seed=seed)
@@ -79,10 +69,9 @@ def train_once(dataset, seed):
                                 schedule=FLAGS.schedule, rewrites=rewrites)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
-    features = dataset.features
-    features = np.asarray(features.todense() if hasattr(features, "todense") else features, np.float32)
-    features /= np.maximum(features.sum(axis=1, keepdims=True), 1e-12)  # row-normalise
-    train, val, test = masks(dataset)
+    # Row-normalise bag-of-words features (Planetoid); a synthetic preset's are standard normal.
+    features = dataset.dense_features(normalize=FLAGS.dataset not in datasets.PRESETS)
+    train, val, test = dataset.train_mask, dataset.val_mask, dataset.test_mask
     if FLAGS.explain:
         model.build(features.shape)
         model.explain()

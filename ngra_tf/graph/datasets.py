@@ -24,9 +24,8 @@ import scipy.sparse as sp
 
 from ngra_tf.graph.graph import Graph
 
-# The repository root: the directory that holds the ngra_tf package.
-_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-DATA_DIR = os.path.join(_ROOT, "data")
+# The datasets shipped inside the package (installed with it, editable or not).
+DATA_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data")
 
 _KEYS = ("num_vertices", "edge_src", "edge_dst", "feat_indptr", "feat_indices", "feat_data", "feat_shape",
          "labels", "train_index", "val_index", "test_index")
@@ -34,6 +33,13 @@ _SPLITS = ("train_index", "val_index", "test_index")
 
 
 class Dataset(NamedTuple):
+    """A node-classification dataset: row i of every per-vertex array is vertex i.
+
+    For Keras: `model.fit(dataset.dense_features(), dataset.labels,
+    sample_weight=dataset.train_mask, validation_data=(x, dataset.labels,
+    dataset.val_mask))`.
+    """
+
     graph: Graph  # directed edges as published
     features: sp.csr_matrix  # [num_vertices, num_features] float32
     labels: np.ndarray  # [num_vertices] int64; -1 marks an unlabelled vertex
@@ -41,6 +47,44 @@ class Dataset(NamedTuple):
     val_index: np.ndarray
     test_index: np.ndarray
     num_classes: int
+
+    @property
+    def num_vertices(self) -> int:
+        return self.graph.num_vertices
+
+    @property
+    def num_features(self) -> int:
+        return self.features.shape[1]
+
+    def _mask(self, index) -> np.ndarray:
+        mask = np.zeros(self.num_vertices, bool)
+        mask[index] = True
+        return mask
+
+    @property
+    def train_mask(self) -> np.ndarray:
+        """[num_vertices] bool: the training vertices (a sample weight for fit)."""
+        return self._mask(self.train_index)
+
+    @property
+    def val_mask(self) -> np.ndarray:
+        return self._mask(self.val_index)
+
+    @property
+    def test_mask(self) -> np.ndarray:
+        return self._mask(self.test_index)
+
+    def dense_features(self, normalize: bool = False) -> np.ndarray:
+        """The features as a dense float32 [num_vertices, num_features] array.
+
+        normalize=True divides each row by its sum (rows that sum to 0 stay
+        0), as GCN and GAT do with bag-of-words features.
+        """
+        x = self.features.toarray().astype(np.float32, copy=False)
+        if normalize:
+            sums = x.sum(axis=1, keepdims=True)
+            np.divide(x, sums, out=x, where=sums != 0)
+        return x
 
 
 def _vector(arrays, key, length=None):
@@ -107,7 +151,7 @@ def load_planetoid_npz(path) -> Dataset:
 
 
 def cora(path=None) -> Dataset:
-    """Cora with the standard Planetoid split; by default the project's copy, data/cora.npz."""
+    """Cora with the standard Planetoid split; by default the copy shipped with ngra_tf."""
     return load_planetoid_npz(os.path.join(DATA_DIR, "cora.npz") if path is None else path)
 
 
