@@ -7,9 +7,9 @@
               validation_data=(features, labels, val_mask))
 
 Row i of features, labels and masks is vertex i. Every fit/evaluate/predict
-step sees the whole graph as one batch (batch_size is the vertex count and
-nothing is shuffled), because a graph layer needs all of a vertex's
-neighbours. The mask is the sample weight: vertices outside it do not count.
+step sees the whole graph as one batch (nothing is sliced or shuffled),
+because a graph layer needs all of a vertex's neighbours; a tf.data.Dataset
+whose elements are such whole-graph batches is accepted too. The mask is the sample weight: vertices outside it do not count.
 SAGA layers get the graph; other Keras layers (Dropout, Dense, ...) act per
 vertex. The graph is saved with the model (as a Keras asset), so
 `keras.models.load_model` gives back a working model.
@@ -116,32 +116,63 @@ class GraphModel(keras.Model):
                     raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
                                      f"{classes} outputs, got {low if low < 0 else high}")
 
-    def _whole_graph(self, kwargs):
-        if kwargs.pop("batch_size", None) not in (None, self.graph.num_vertices):
-            raise ValueError("a GraphModel trains on the whole graph: leave batch_size unset")
-        kwargs["batch_size"] = self.graph.num_vertices
+    def _whole_graph(self, kwargs, *names):
+        for name in ("batch_size",) + names:
+            if kwargs.pop(name, None) not in (None, self.graph.num_vertices):
+                raise ValueError(f"a GraphModel trains on the whole graph: leave {name} unset")
         return kwargs
 
+    def _graph_batch(self, x, y=None, sample_weight=None):
+        """(x, y, sample_weight) as a dataset of one element, the whole graph.
+
+        The arrays become tensors once per fit/evaluate/predict call. Given
+        arrays, Keras would instead slice a fresh batch out of them every
+        epoch (a copy of all the features, the larger part of a Cora epoch).
+        fit repeats it, one step per epoch, so that one iterator serves
+        every epoch.
+        """
+        if y is None and sample_weight is not None:
+            raise ValueError("sample_weight (the vertex mask) needs labels")
+        x = tf.convert_to_tensor(x)
+        if x.dtype.is_floating and x.dtype != self.compute_dtype:
+            x = tf.cast(x, self.compute_dtype)
+        parts = [x]
+        if y is not None:
+            parts.append(tf.convert_to_tensor(y))
+        if sample_weight is not None:  # a bool mask counts as 0 / 1
+            parts.append(tf.cast(sample_weight, tf.float32))
+        return tf.data.Dataset.from_tensors(tuple(parts))
+
     def fit(self, x=None, y=None, sample_weight=None, validation_data=None, **kwargs):
-        self._build_for(x)
-        self._check(x, y, sample_weight, "fit")
-        if validation_data is not None:
-            self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
-        kwargs = self._whole_graph(kwargs)
+        kwargs = self._whole_graph(kwargs, "validation_batch_size")
         kwargs["shuffle"] = False
-        if validation_data is not None:
-            kwargs["validation_batch_size"] = self.graph.num_vertices
+        if not isinstance(x, tf.data.Dataset):
+            self._build_for(x)
+            self._check(x, y, sample_weight, "fit")
+            x, y, sample_weight = self._graph_batch(x, y, sample_weight).repeat(), None, None
+            kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
+        if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
+            self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
+            validation_data = self._graph_batch(*validation_data).repeat()
+            kwargs["validation_steps"] = kwargs.get("validation_steps") or 1
         return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):
-        self._build_for(x)
-        self._check(x, y, sample_weight, "evaluate")
-        return super().evaluate(x, y, sample_weight=sample_weight, **self._whole_graph(kwargs))
+        kwargs = self._whole_graph(kwargs)
+        # fit's per-epoch validation passes its own (already checked) dataset.
+        if not isinstance(x, tf.data.Dataset) and not kwargs.get("_use_cached_eval_dataset"):
+            self._build_for(x)
+            self._check(x, y, sample_weight, "evaluate")
+            x, y, sample_weight = self._graph_batch(x, y, sample_weight), None, None
+        return super().evaluate(x, y, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, **kwargs):
-        self._build_for(x)
-        self._check(x, what="predict")
-        return super().predict(x, **self._whole_graph(kwargs))
+        kwargs = self._whole_graph(kwargs)
+        if not isinstance(x, tf.data.Dataset):
+            self._build_for(x)
+            self._check(x, what="predict")
+            x = self._graph_batch(x)
+        return super().predict(x, **kwargs)
 
     def _build_for(self, x):
         if not self.built and getattr(x, "shape", None) is not None and len(x.shape) >= 1:

@@ -12,7 +12,12 @@ graphs are prepared as in ngra_tf.recipes: symmetrised, self loops, GCN
 weights or edge types). Each cell is the median of --steps steps after
 --warmup steps, every system in the same process, one after another:
 
-    ngra P=1, P=4   ngra_tf.GraphModel with chunks=1 and chunks=4 (all rewrites)
+    ngra fit        what a user sees: model.fit's epochs (compiled with masked_loss,
+                    Adam and an accuracy metric), timed by a callback from epoch begin
+                    to epoch end, median of --epochs epochs after the first
+    fit + val       the same with validation_data (a second, inference forward per epoch)
+    ngra P=1, P=4   ngra_tf.GraphModel with chunks=1 and chunks=4 (all rewrites), the
+                    compiled step alone
     TF              plain TensorFlow, written as a TF user would: tf.sparse.sparse_dense_matmul
                     where the model is a sparse product (GCN, CommNet, GG-NN per edge type),
                     else tf.gather + tf.math.unsorted_segment_* over per-edge tensors
@@ -20,8 +25,9 @@ weights or edge types). Each cell is the median of --steps steps after
     PyG             torch_geometric on CPU (GCNConv, or MessagePassing with the same
                     message), when torch and torch_geometric are installed
 
-Ratios are TF / ngra and PyG / ngra (above 1: ngra-tf is faster) and
-P=4 / P=1. Absolute times move with other load on a shared machine; the
+Ratios are fit / step (Keras's overhead), TF / fit and PyG / fit (above 1:
+ngra-tf through fit is faster than the peer's bare step) and P=4 / P=1.
+--plot=FILE.png draws the ratio table (needs matplotlib). Absolute times move with other load on a shared machine; the
 ratios come from one run.
 """
 
@@ -33,8 +39,7 @@ import sys
 import numpy as np
 from absl import app, flags
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from timing import median_ms  # noqa: E402  (tools/, the script's own directory)
+from timing import median_ms  # tools/, the script's own directory
 
 FLAGS = flags.FLAGS
 MODELS = ("gcn", "commnet", "ggnn", "ggcn", "mpgcn")
@@ -46,7 +51,11 @@ flags.DEFINE_integer("hidden", 128, "Hidden units.", lower_bound=1)
 flags.DEFINE_integer("steps", 5, "Timed steps per cell (the median is reported).", lower_bound=1)
 flags.DEFINE_integer("warmup", 2, "Untimed steps first (tracing, allocation).", lower_bound=1)
 flags.DEFINE_float("scale", 1.0, "Multiplies the preset vertex and edge counts.", lower_bound=1e-4)
-flags.DEFINE_list("systems", ["ngra1", "ngra4", "tf", "pyg"], "Systems: ngra1, ngra4, tf, pyg.")
+SYSTEMS = ("fit", "fitval", "ngra1", "ngra4", "tf", "pyg")
+flags.DEFINE_list("systems", list(SYSTEMS), "Systems: " + ", ".join(SYSTEMS) + ".")
+flags.DEFINE_integer("epochs", 10, "Timed model.fit epochs per fit cell (after one untimed first epoch).",
+                     lower_bound=1)
+flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs matplotlib).")
 flags.DEFINE_bool("ablation", False, "Also time the three schedules (P=4) and the rewrites (P=1) "
                   "on the last graph.")
 flags.DEFINE_bool("quick", False, "One warm-up and two timed steps (a smoke run).")
@@ -68,8 +77,8 @@ class Workload:
         self.graph = recipes.prepare_graph(model, data.graph)
         self.features = np.asarray(data.features.todense(), np.float32)
         self.labels = data.labels.astype(np.int64)
-        self.mask = np.zeros(self.graph.num_vertices, np.float32)
-        self.mask[data.train_index] = 1
+        self.mask = data.train_mask.astype(np.float32)
+        self.val_mask = data.val_mask
         self.num_classes = data.num_classes
 
 
@@ -122,6 +131,31 @@ def ngra_step(work, hidden, chunks, schedule="ngra", rewrites=True):
     model = ngra_tf.GraphModel(work.graph, ngra_stack(work.model, hidden, work.num_classes), chunks=chunks,
                                schedule=schedule, rewrites=rewrites)
     return tf_train_step(model, work)
+
+
+def ngra_fit(work, hidden, validation, epochs):
+    """Median ms of model.fit's epochs after the first: Keras's per-epoch work included."""
+    import time  # noqa: PLC0415
+
+    import keras  # noqa: PLC0415
+
+    import ngra_tf  # noqa: PLC0415
+
+    model = ngra_tf.GraphModel(work.graph, ngra_stack(work.model, hidden, work.num_classes))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
+    times = []
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):  # after the validation pass
+            times.append(1e3 * (time.perf_counter() - self.start))
+
+    extra = {"validation_data": (work.features, work.labels, work.val_mask)} if validation else {}
+    model.fit(work.features, work.labels, sample_weight=work.mask, epochs=epochs + 1, verbose=0,
+              callbacks=[EpochTimer()], **extra)
+    return float(np.median(times[1:]))
 
 
 # ---------------------------------------------------------------- plain TensorFlow
@@ -326,10 +360,12 @@ def ms(value):
     return f"{value:.1f}" if value else "-"
 
 
-def run_cell(work, system, hidden, warmup, steps):
+def run_cell(work, system, hidden, warmup, steps, epochs):
     builders = {"ngra1": lambda: ngra_step(work, hidden, 1), "ngra4": lambda: ngra_step(work, hidden, 4),
                 "tf": lambda: plain_tf_step(work, hidden), "pyg": lambda: pyg_step(work, hidden)}
     try:
+        if system in ("fit", "fitval"):
+            return ngra_fit(work, hidden, system == "fitval", epochs)
         return timed(builders[system](), warmup, steps)
     except Exception as error:  # noqa: BLE001  a failing peer must not hide the other cells
         print(f"  {system} failed on {work.model}/{work.preset}: {type(error).__name__}: {error}"[:300],
@@ -347,6 +383,10 @@ def run_cell(work, system, hidden, warmup, steps):
 def main(argv):
     del argv
     warmup, steps = (1, 2) if FLAGS.quick else (FLAGS.warmup, FLAGS.steps)
+    epochs = 2 if FLAGS.quick else FLAGS.epochs
+    unknown = set(FLAGS.systems) - set(SYSTEMS)
+    if unknown:
+        raise app.UsageError(f"--systems: unknown {sorted(unknown)}; choose from {', '.join(SYSTEMS)}")
     _threads()
     if FLAGS.cell:
         run_one_cell(FLAGS.cell)
@@ -362,31 +402,49 @@ def main(argv):
     for preset in FLAGS.graphs:
         for model in FLAGS.models:
             work = Workload(preset, model, FLAGS.scale)
-            cell = {system: run_cell(work, system, FLAGS.hidden, warmup, steps) for system in systems}
+            cell = {system: run_cell(work, system, FLAGS.hidden, warmup, steps, epochs) for system in systems}
             results[(model, preset)] = cell
             print(f"{NAMES[model]:8s} {preset:13s} {work.graph.num_vertices:>8d} V {work.graph.num_edges:>9d} E  "
                   + "  ".join(f"{s} {ms(cell[s])} ms" for s in systems), flush=True)
     print()
-    print(f"Per-epoch training time (ms, median of {steps}; hidden {FLAGS.hidden}; scale {FLAGS.scale})")
+    print(f"Per-epoch training time (ms; fit: median of {epochs} epochs after the first, steps: median of "
+          f"{steps}; hidden {FLAGS.hidden}; scale {FLAGS.scale})")
     print()
-    head = "| model | graph | ngra P=1 | ngra P=4 | TF | PyG | TF / ngra | PyG / ngra | P=4 / P=1 |"
+    head = ("| model | graph | ngra fit | fit + val | ngra step P=1 | step P=4 | TF step | PyG step | fit / step | "
+            "fit+val / step | TF / fit | PyG / fit | P=4 / P=1 |")
     print(head)
     print("|" + "---|" * (head.count("|") - 1))
-    for (model, preset), cell in results.items():
-        best = cell.get("ngra1")
-        print(f"| {NAMES[model]} | {preset} | {ms(cell.get('ngra1'))} | {ms(cell.get('ngra4'))} | "
-              f"{ms(cell.get('tf'))} | {ms(cell.get('pyg'))} | {ratio(cell.get('tf'), best)} | "
-              f"{ratio(cell.get('pyg'), best)} | {ratio(cell.get('ngra4'), best)} |")
+    for (model, preset), c in results.items():
+        fit, step = c.get("fit"), c.get("ngra1")
+        print(f"| {NAMES[model]} | {preset} | {ms(fit)} | {ms(c.get('fitval'))} | {ms(step)} | "
+              f"{ms(c.get('ngra4'))} | {ms(c.get('tf'))} | {ms(c.get('pyg'))} | {ratio(fit, step)} | "
+              f"{ratio(c.get('fitval'), step)} | {ratio(c.get('tf'), fit)} | {ratio(c.get('pyg'), fit)} | "
+              f"{ratio(c.get('ngra4'), step)} |")
     print()
-    print("NGra Table 2 layout: ngra P=1 / TF (ms)")
+    print("NGra Table 2 layout: ngra fit / TF step (ms)")
     print()
     print("| model | " + " | ".join(FLAGS.graphs) + " |")
     print("|---|" + "---|" * len(FLAGS.graphs))
     for model in FLAGS.models:
-        row = [f"{ms(results[(model, p)].get('ngra1'))} / {ms(results[(model, p)].get('tf'))}" for p in FLAGS.graphs]
+        row = [f"{ms(results[(model, p)].get('fit'))} / {ms(results[(model, p)].get('tf'))}" for p in FLAGS.graphs]
         print(f"| {NAMES[model]} | " + " | ".join(row) + " |")
+    if FLAGS.plot:
+        plot(results)
     if FLAGS.ablation:
         ablation(FLAGS.graphs[-1], warmup, steps)
+
+
+def plot(results):
+    from plots import ratio_chart  # noqa: PLC0415  (tools/)
+
+    keys = list(results)
+    fraction = lambda a, b: a / b if a and b else None  # noqa: E731
+    series = {"TF step / ngra fit": [fraction(results[k].get("tf"), results[k].get("fit")) for k in keys],
+              "PyG step / ngra fit": [fraction(results[k].get("pyg"), results[k].get("fit")) for k in keys]}
+    series = {name: values for name, values in series.items() if any(values)}
+    ratio_chart(FLAGS.plot, "Per-epoch training time: peers against ngra-tf through model.fit",
+                [f"{NAMES[m]} / {p}" for m, p in keys], series,
+                note=f"tools/bench_models.py, hidden {FLAGS.hidden}, scale {FLAGS.scale}")
 
 
 ABLATION = [("rewrites off", 1, "ngra", "none"), ("hoist", 1, "ngra", "hoist"),
