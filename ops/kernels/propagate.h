@@ -113,40 +113,49 @@ struct TileSpan {
 };
 
 // Reduces positions [span.begin, ...) of segment s into one output tile
-// [f0, f0 + n) of part `part`; returns the first position not reduced.
+// [f0, f0 + n) of Walk::kParts consecutive parts from `part` on (part p's
+// tile at out + p * part_stride); returns the first position not reduced.
 template <Reduce R, int64_t kTile, bool kFull, typename Walk, typename T, typename Index>
 inline Index ReduceTile(const Walk& walk, const Segments<Index>& seg, int64_t s, int part, int64_t f0,
-                        int64_t n, const TileSpan<Index>& span, T* out, Index* arg) {
+                        int64_t n, const TileSpan<Index>& span, T* out, int64_t part_stride, Index* arg) {
   using Red = Reducer<R>;
+  constexpr int kParts = Walk::kParts;
   const int64_t count = kFull ? kTile : n;
-  T acc[kTile];
-  Index win[kTile];
-  for (int64_t j = 0; j < count; ++j) {
-    acc[j] = span.first ? Red::template Init<T>() : out[j];
-    win[j] = span.first || !Red::kTracksArg ? Index(-1) : arg[j];
+  T acc[kParts * kTile];
+  Index win[kParts * kTile];
+  for (int p = 0; p < kParts; ++p) {
+    for (int64_t j = 0; j < count; ++j) {
+      acc[p * kTile + j] = span.first ? Red::template Init<T>() : out[p * part_stride + j];
+      win[p * kTile + j] = span.first || !Red::kTracksArg ? Index(-1) : arg[p * part_stride + j];
+    }
   }
   Index k = span.begin;
   for (; k < span.end && seg.Row(k) < span.row_limit; ++k) {
     if (span.prefetch && k + kPrefetchDistance < span.end) {
       walk.Prefetch(k + kPrefetchDistance, f0, count);
     }
-    walk.template Accumulate<Red>(s, k, part, f0, count, acc, win);
+    walk.template Accumulate<Red, kTile>(s, k, part, f0, count, acc, win);
   }
-  if (span.last) {
-    for (int64_t j = 0; j < count; ++j) Red::Finish(acc[j], win[j], seg.Degree(s));
-  }
-  for (int64_t j = 0; j < count; ++j) out[j] = acc[j];
-  if constexpr (Red::kTracksArg) {
-    for (int64_t j = 0; j < count; ++j) arg[j] = win[j];
+  for (int p = 0; p < kParts; ++p) {
+    if (span.last) {
+      for (int64_t j = 0; j < count; ++j) Red::Finish(acc[p * kTile + j], win[p * kTile + j], seg.Degree(s));
+    }
+    for (int64_t j = 0; j < count; ++j) out[p * part_stride + j] = acc[p * kTile + j];
+    if constexpr (Red::kTracksArg) {
+      for (int64_t j = 0; j < count; ++j) arg[p * part_stride + j] = win[p * kTile + j];
+    }
   }
   return k;
 }
 
 // out[s, part, f] = reduce over k in segment s of the walk's message for
 // (k, part, f), for the segments [first, last); out rows hold `parts` x
-// `width` values. A walk's Accumulate<Reducer>(s, k, part, f0, count, acc,
-// win) folds position k's messages for features [f0, f0 + count) into the
-// tile; its loop sees only local restrict pointers, so it vectorises.
+// `width` values. A walk's Accumulate<Reducer, kStride>(s, k, part, f0,
+// count, acc, win) folds position k's messages for features [f0, f0 +
+// count) of Walk::kParts parts from `part` on into the tiles acc + p *
+// kStride; its loop sees only local restrict pointers, so it vectorises. A
+// walk that reduces two parts at once computes what they share (a gate's
+// activation) once per edge and feature instead of once per part.
 // The walk gathers `walk.gathered_rows` rows of `walk.gathered_per_row`
 // features-wide tiles (0 rows: gathers are sequential, never block).
 template <Reduce R, typename Walk, typename T, typename Index>
@@ -157,7 +166,7 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
   const int64_t segments = last - first;
   const int64_t edges = segments > 0 ? static_cast<int64_t>(seg.indptr[last] - seg.indptr[first]) : 0;
   std::vector<Index> cursor;
-  for (int part = 0; part < parts; ++part) {
+  for (int part = 0; part < parts; part += Walk::kParts) {
     for (int64_t f0 = 0; f0 < width; f0 += kTile) {
       const int64_t n = std::min(kTile, width - f0);
       const int64_t tile_bytes = std::max<int64_t>(1, n * sizeof(T) * walk.gathered_per_row);
@@ -179,8 +188,9 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
           span.prefetch = prefetch;
           const int64_t at = s * row + part * width + f0;
           Index* a = Reducer<R>::kTracksArg ? arg + at : nullptr;
-          const Index stop = n == kTile ? ReduceTile<R, kTile, true>(walk, seg, s, part, f0, n, span, out + at, a)
-                                        : ReduceTile<R, kTile, false>(walk, seg, s, part, f0, n, span, out + at, a);
+          const Index stop =
+              n == kTile ? ReduceTile<R, kTile, true>(walk, seg, s, part, f0, n, span, out + at, width, a)
+                         : ReduceTile<R, kTile, false>(walk, seg, s, part, f0, n, span, out + at, width, a);
           if (blocks > 1) cursor[s - first] = stop;
         }
       }
@@ -196,6 +206,7 @@ struct ForwardWalk {
   const Operands<T>& in;
   int64_t gathered_rows;  // x_src rows, or 0 when rows are read in order
   int64_t gathered_per_row;
+  static constexpr int kParts = 1;
 
   const T* Src(Index k) const { return in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k)); }
   void Prefetch(Index k, int64_t f0, int64_t n) const {
@@ -204,7 +215,7 @@ struct ForwardWalk {
     if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
   }
   // Reduces the message of position k into the tile acc[0, count) (f0 on).
-  template <typename Red>
+  template <typename Red, int64_t>
   void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
                   Index* __restrict win) const {
     const Index e = csc.Edge(k);
@@ -251,14 +262,17 @@ struct SrcGradWalk {
   const EdgeGrad<kArg, T, Index>& g;
   int64_t gathered_rows;  // destination rows
   int64_t gathered_per_row = Program::kUsesDst ? 2 : 1;
+  // Both parts of a two-part source row at once ([a | c] of a gate: its
+  // activation is computed once per edge and feature for both).
+  static constexpr int kParts = Program::kSrcParts;
 
   void Prefetch(Index k, int64_t f0, int64_t n) const {
     const Index v = csr.Row(k);
     PrefetchBytes(g.Row(v) + f0, n * sizeof(T));
     if (Program::kUsesDst) PrefetchBytes(in.x_dst + static_cast<int64_t>(v) * in.width + f0, n * sizeof(T));
   }
-  template <typename Red>
-  void Accumulate(int64_t u, Index k, int part, int64_t f0, int64_t count, T* __restrict acc,
+  template <typename Red, int64_t kStride>
+  void Accumulate(int64_t u, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
                   Index* __restrict) const {
     const Index v = csr.Row(k), e = csr.Edge(k);
     const T* __restrict src = in.x_src + in.template SrcOffset<Program>(static_cast<Index>(u), e);
@@ -269,10 +283,11 @@ struct SrcGradWalk {
     const int64_t width = in.width;
     for (int64_t j = 0; j < count; ++j) {
       const int64_t f = f0 + j;
-      if constexpr (kArg) {
-        acc[j] += won[f] == e ? Program::SrcGrad(part, grad[f], src, t, w, f, width) : T(0);
-      } else {
-        acc[j] += Program::SrcGrad(part, grad[f], src, t, w, f, width);
+      const bool reaches = !kArg || won[f] == e;
+      // One expression per part in one loop body: the compiler shares what
+      // the parts compute alike (z and the activation of a gate).
+      for (int p = 0; p < kParts; ++p) {
+        acc[p * kStride + j] += reaches ? Program::SrcGrad(p, grad[f], src, t, w, f, width) : T(0);
       }
     }
   }
@@ -314,13 +329,14 @@ struct DstGradWalk {
   const EdgeGrad<kArg, T, Index>& g;
   int64_t gathered_rows;  // source rows
   int64_t gathered_per_row;
+  static constexpr int kParts = 1;
 
   void Prefetch(Index k, int64_t f0, int64_t n) const {
     const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k));
     PrefetchBytes(src + f0, n * sizeof(T));
     if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
   }
-  template <typename Red>
+  template <typename Red, int64_t>
   void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
                   Index* __restrict) const {
     const Index e = csc.Edge(k);
