@@ -236,7 +236,7 @@ class GraphModel(keras.Model):
     def load_assets(self, dir_path):
         with np.load(os.path.join(dir_path, _GRAPH_ASSET)) as stored:
             data = stored["edge_data"] if "edge_data" in stored else None
-            # Stored edges are already in CSC order, so the order is kept.
+            # src, dst and edge_data were saved in the user's order; from_edges rebuilds the same edge order.
             self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)
         if self._pending_input_shape is not None:
             self.build(tuple(self._pending_input_shape))

@@ -49,8 +49,9 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
         plain = graph.remove_self_loops().remove_duplicates()
         n = graph.num_vertices
         loops = np.arange(n)
-        src = np.concatenate([plain.src, plain.dst, loops])
-        dst = np.concatenate([plain.dst, plain.src, loops])
+        forward = plain.adjacency  # stored order: any order will do, and this one needs no permuting
+        src = np.concatenate([forward.src, forward.dst, loops])
+        dst = np.concatenate([forward.dst, forward.src, loops])
         types = np.concatenate([np.full(plain.num_edges, FORWARD), np.full(plain.num_edges, REVERSE),
                                 np.full(n, SELF_LOOP)]).astype(np.int32)
         return Graph.from_edges(src, dst, n, edge_data=types)

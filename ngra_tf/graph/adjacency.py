@@ -5,7 +5,8 @@ whole graph is the square case, a chunk of a partition the rectangular one).
 Edge ids are CSC positions: edges are stored sorted by destination, then by
 source, so forward kernels stream them in order. The CSR view groups the same
 edges by source for the backward pass and maps each of its positions back to
-an edge id (`csr_edge`).
+an edge id (`csr_edge`). A Graph relates these ids to the order in which the
+user gave the edges (Graph.edge_order).
 """
 
 from __future__ import annotations

@@ -3,8 +3,9 @@
 Vertices are re-encoded (renumbered) so that the P x P chunks hold similar
 edge counts, then cut into P equal intervals of consecutive new ids. Chunk
 C[i][j] holds the edges from interval i to interval j, with local ids, as an
-Adjacency of its own. Vertex data moves between the user's ids and interval
-order with `split` and `merge`.
+Adjacency of its own; its per-edge data is in its own CSC order, and
+`edge_ids` relates its edges to the user's edge order. Vertex data moves
+between the user's ids and interval order with `split` and `merge`.
 """
 
 from __future__ import annotations
@@ -24,15 +25,15 @@ class Chunk:
     src_part: int
     dst_part: int
     adjacency: Adjacency  # local ids: 0..len(interval)-1 on each side
-    edge_ids: np.ndarray  # [num_edges]: the graph's id of each chunk edge
-    edge_data: np.ndarray | None  # the graph's edge_data for these edges
+    edge_ids: np.ndarray  # [num_edges]: each chunk edge's position in the user's order (graph.src, ...)
+    edge_data: np.ndarray | None  # the graph's edge data for these edges, in the chunk's (CSC) order
 
     @property
     def num_edges(self) -> int:
         return self.adjacency.num_edges
 
     def edge_data_tensor(self):
-        """edge_data as a TF tensor, made once (eagerly), or None."""
+        """edge_data (the chunk's CSC order) as a TF tensor, made once (eagerly), or None."""
         return _cached_tensor(self, "_edge_data_tensor", self.edge_data)
 
     def __repr__(self):
@@ -44,7 +45,7 @@ def _equal_bounds(num_vertices: int, num_parts: int) -> np.ndarray:
 
 
 def _chunk_counts(part_of: np.ndarray, graph: Graph, num_parts: int) -> np.ndarray:
-    cells = part_of[graph.src].astype(np.int64) * num_parts + part_of[graph.dst]
+    cells = part_of[graph.adjacency.src].astype(np.int64) * num_parts + part_of[graph.adjacency.dst]
     return np.bincount(cells, minlength=num_parts * num_parts).reshape(num_parts, num_parts)
 
 
@@ -103,25 +104,24 @@ class Partition:
 
     def _build_chunks(self, part_of: np.ndarray):
         g = self.graph
+        src, dst, stored_data = g.adjacency.src, g.adjacency.dst, g.stored_edge_data
         P = self.num_parts
+        if P == 1 and self.identity_order:  # the graph itself: share its arrays
+            return [[Chunk(0, 0, g.adjacency, g.edge_order, stored_data)]]
         local = self.position - self.bounds[part_of]  # original id -> id within its interval
-        src_part, dst_part = part_of[g.src], part_of[g.dst]
-        cell = src_part * P + dst_part
+        cell = part_of[src] * P + part_of[dst]
         by_cell = np.argsort(cell, kind="stable")
         starts = np.searchsorted(cell[by_cell], np.arange(P * P + 1))
         sizes = np.diff(self.bounds)
-        if P == 1 and self.identity_order:  # the graph itself: share its index arrays
-            edges = np.arange(g.num_edges)
-            edges.flags.writeable = False
-            return [[Chunk(0, 0, g.adjacency, edges, g.edge_data)]]
         chunks = []
         for i in range(P):
             row = []
             for j in range(P):
-                edges = by_cell[starts[i * P + j]:starts[i * P + j + 1]]
-                adjacency, order = Adjacency.from_coo(local[g.src[edges]], local[g.dst[edges]], sizes[i], sizes[j])
-                edge_ids = edges[order]
-                data = None if g.edge_data is None else g.edge_data[edge_ids]
+                edges = by_cell[starts[i * P + j]:starts[i * P + j + 1]]  # stored positions
+                adjacency, order = Adjacency.from_coo(local[src[edges]], local[dst[edges]], sizes[i], sizes[j])
+                stored = edges[order]
+                edge_ids = g.edge_order[stored]
+                data = None if stored_data is None else stored_data[stored]
                 for array in (edge_ids, data):
                     if array is not None:
                         array.flags.writeable = False

@@ -45,7 +45,7 @@ def parse_accumulator(accumulator: str) -> tuple[str, ...]:
 
 
 class EdgeView:
-    """What apply_edge sees: one row per edge of the graph, in stored order.
+    """What apply_edge sees: one row per edge of a Graph, in stored (CSC) order.
 
     `src` and `dst` are the features of each edge's endpoints (scattered on
     first use), `data` is the graph's edge data (float data cast to the
@@ -55,6 +55,7 @@ class EdgeView:
 
     def __init__(self, graph, vertex):
         self.graph = graph
+        self.adjacency = graph.adjacency  # what the ops run on: stored order, like stored_edge_data
         self._vertex = vertex
         self._src = self._dst = None
 
@@ -62,19 +63,19 @@ class EdgeView:
     def src(self):
         if self._src is None:
             with tf.name_scope("Scatter"):
-                self._src = propagation.scatter(self.graph, self._vertex)
+                self._src = propagation.scatter(self.adjacency, self._vertex)
         return self._src
 
     @property
     def dst(self):
         if self._dst is None:
             with tf.name_scope("Scatter"):
-                self._dst = propagation.scatter_side(self.graph, self._vertex, "dst")
+                self._dst = propagation.scatter_side(self.adjacency, self._vertex, "dst")
         return self._dst
 
     @property
     def data(self):
-        if getattr(self.graph, "edge_data", None) is None:
+        if self.graph.stored_edge_data is None:
             raise ValueError(NO_EDGE_DATA)
         data = self.graph.edge_data_tensor()
         # Float data (weights) comes in the vertices' dtype, so that
@@ -90,7 +91,7 @@ class EdgeView:
 
     def softmax(self, scores):
         """softmax of per-edge scores over each destination's in-edges."""
-        return edge_softmax(self.graph, scores)
+        return edge_softmax(self.adjacency, scores)
 
 
 def _whole(graph):
@@ -160,7 +161,7 @@ class SAGALayer(keras.layers.Layer):
         if rows is not None and rows != graph.num_vertices:
             raise ValueError(f"{self.name}: the input has {rows} rows but the graph has "
                              f"{graph.num_vertices} vertices")
-        data = getattr(graph, "edge_data", None)
+        data = graph.stored_edge_data  # only its shape and dtype matter
         if data is not None:
             self._edge_signature = (data.shape[1:], data.dtype)
         vertex_spec = tf.TensorSpec([None] + list(inputs.shape[1:]), inputs.dtype)
@@ -189,7 +190,7 @@ class SAGALayer(keras.layers.Layer):
         """
         edge = EdgeView(graph, inputs)
         messages = self.apply_edge(edge)
-        gathered = [propagation.gather(graph, messages, reduce=r) for r in self._reduces]
+        gathered = [propagation.gather(edge.adjacency, messages, reduce=r) for r in self._reduces]
         accum = gathered[0] if len(gathered) == 1 else tf.concat(gathered, axis=-1)
         return self.apply_vertex(inputs, accum)
 

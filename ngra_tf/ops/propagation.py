@@ -2,9 +2,18 @@
 
 `graph` is a Graph, a Chunk of a Partition, or a bare Adjacency. Vertex
 tensors have one row per source (x_src) or destination (x_dst) vertex; edge
-tensors have one row per edge, in the graph's stored (CSC) order. Arguments
-are validated here, before any op is built, so mistakes surface as a
-ValueError that names the argument.
+tensors have one row per edge:
+
+- for a Graph, in the order the user gave the edges (graph.src, graph.dst,
+  graph.edge_data). The kernels walk the stored (CSC / CSR) order and read
+  and write edge rows through the graph's user_edge_ids(), so this costs no
+  extra pass; explicit edge_data of fused_gather is put in stored order by
+  one tf.gather (the graph's own edge data is already stored that way).
+- for a Chunk or an Adjacency, in its own CSC order (edge id = CSC position),
+  the order of Chunk.edge_data; the compiler's chunk steps use this.
+
+Arguments are validated here, before any op is built, so mistakes surface as
+a ValueError that names the argument.
 """
 
 from __future__ import annotations
@@ -14,7 +23,7 @@ import collections
 import numpy as np
 import tensorflow as tf
 
-from ngra_tf.graph import Adjacency
+from ngra_tf.graph import Adjacency, Graph
 from ngra_tf.ops import reference
 from ngra_tf.ops._loader import library
 
@@ -40,13 +49,20 @@ _WIDENED_DTYPES = (tf.float16, tf.bfloat16)  # computed in float32
 
 
 def _resolve(graph):
-    """(adjacency, the graph's own edge data or None)."""
+    """(adjacency, its own edge data in adjacency order or None, the Graph if edges are in user order)."""
     if isinstance(graph, Adjacency):
-        return graph, None
+        return graph, None, None
+    if isinstance(graph, Graph):
+        return graph.adjacency, graph.stored_edge_data, graph
     adjacency = getattr(graph, "adjacency", None)
     if not isinstance(adjacency, Adjacency):
         raise TypeError(f"graph must be a Graph, a Chunk or an Adjacency, got {type(graph).__name__}")
-    return adjacency, getattr(graph, "edge_data", None)
+    return adjacency, getattr(graph, "edge_data", None), None
+
+
+def _user_ids(user_graph):
+    """The Graph's UserEdgeIds, or None when edge tensors are in adjacency order."""
+    return None if user_graph is None else user_graph.user_edge_ids()
 
 
 def _check_choice(name, value, choices):
@@ -91,7 +107,7 @@ def scatter(graph, x_src, x_dst=None):
 def scatter_side(graph, x, side):
     """x[src[e]] (side="src") or x[dst[e]] (side="dst") for every edge e."""
     _check_choice("side", side, ("src", "dst"))
-    adjacency, _ = _resolve(graph)
+    adjacency, _, user_graph = _resolve(graph)
     name = "x_src" if side == "src" else "x_dst"
     rows, what = ((adjacency.num_src, "source vertex") if side == "src"
                   else (adjacency.num_dst, "destination vertex"))
@@ -101,13 +117,14 @@ def scatter_side(graph, x, side):
     x = tf.cast(x, _compute_dtype(dtype))
     lib = library()
     if lib is None:
-        out = reference.scatter(x, adjacency.src if side == "src" else adjacency.dst)
+        edges = adjacency if user_graph is None else user_graph  # src, dst in the edge tensors' order
+        out = reference.scatter(x, edges.src if side == "src" else edges.dst)
     else:
-        t = adjacency.tensors()
+        t, ids = adjacency.tensors(), _user_ids(user_graph)
         if side == "src":  # grouped by source: the CSR view
-            out = lib.ngra_scatter(x, t.csr_indptr, t.csr_edge)
+            out = lib.ngra_scatter(x, t.csr_indptr, t.csr_edge if ids is None else ids.csr)
         else:  # grouped by destination: CSC, where edge ids are positions
-            out = lib.ngra_scatter(x, t.csc_indptr, _empty(adjacency.index_dtype))
+            out = lib.ngra_scatter(x, t.csc_indptr, _empty(adjacency.index_dtype) if ids is None else ids.csc)
         out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
     return tf.cast(out, dtype)
 
@@ -116,21 +133,24 @@ def gather(graph, edge_values, reduce="sum"):
     """Reduces edge rows into their destination vertices.
 
     reduce is sum, mean, max or min; a vertex with no in-edges gets 0. The
-    gradient of max and min goes to one edge per element: the first (in
-    stored order) that attains the extreme.
+    gradient of max and min goes to one edge per element: of those that
+    attain the extreme, the first in stored order (lowest source id, then
+    the earliest given).
     """
     _check_choice("reduce", reduce, REDUCES)
-    adjacency, _ = _resolve(graph)
+    adjacency, _, user_graph = _resolve(graph)
     values = _float_tensor("edge_values", edge_values)
     _check_rows("edge_values", values, adjacency.num_edges, "edge")
     dtype = values.dtype
     values = tf.cast(values, _compute_dtype(dtype))
     lib = library()
     if lib is None:
-        out = reference.gather(values, adjacency.dst, adjacency.num_dst, reduce)
+        edges = adjacency if user_graph is None else user_graph  # dst in the edge tensors' order
+        out = reference.gather(values, edges.dst, adjacency.num_dst, reduce)
     else:
-        t = adjacency.tensors()
-        out, _ = lib.ngra_gather(values, t.csc_indptr, _empty(adjacency.index_dtype), reduce=reduce)
+        ids = _user_ids(user_graph)
+        out, _ = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
+                                 _empty(adjacency.index_dtype) if ids is None else ids.csc, reduce=reduce)
     return tf.cast(out, dtype)
 
 
@@ -151,7 +171,7 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     _check_choice("program", program, tuple(PROGRAMS))
     _check_choice("reduce", reduce, REDUCES)
     spec = PROGRAMS[program]
-    adjacency, own_edge_data = _resolve(graph)
+    adjacency, own_edge_data, user_graph = _resolve(graph)
 
     x_src = _float_tensor("x_src", x_src)
     _check_rows("x_src", x_src, adjacency.num_src, "source vertex")
@@ -181,13 +201,16 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     elif x_dst is not None:
         raise ValueError(f"program {program} does not read x_dst; pass x_dst=None")
 
+    # The kernel reads edge data in stored order. A Graph's own edge data is
+    # kept that way; edge data passed with a Graph is in the user's order.
+    given_order = user_graph
     if edge_data is None and (spec.uses_weight or spec.uses_type):
-        edge_data = own_edge_data
+        edge_data, given_order = own_edge_data, None
     weight = types = None
     if spec.uses_weight:
-        weight = _edge_weight(edge_data, adjacency.num_edges, feature_shape, compute)
+        weight = _in_stored_order(_edge_weight(edge_data, adjacency.num_edges, feature_shape, compute), given_order)
     elif spec.uses_type:
-        types = _edge_types(edge_data, adjacency.num_edges, x_src.shape[1])
+        types = _in_stored_order(_edge_types(edge_data, adjacency.num_edges, x_src.shape[1]), given_order)
     elif edge_data is not None:
         raise ValueError(f"program {program} does not read edge data; pass edge_data=None")
 
@@ -206,6 +229,13 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
             reduce=reduce,
         )
     return tf.cast(tf.reshape(out, [adjacency.num_dst] + feature_shape.as_list()), dtype)
+
+
+def _in_stored_order(edge_rows, user_graph):
+    """Edge rows in a Graph's user order, permuted into stored order (one tf.gather, whose
+    gradient comes back in user order); rows in adjacency order (user_graph None) as they are."""
+    ids = _user_ids(user_graph)
+    return edge_rows if ids is None else tf.gather(edge_rows, ids.csc)
 
 
 def _edge_weight(edge_data, num_edges, feature_shape, dtype):

@@ -11,6 +11,8 @@ def edge_softmax(graph, scores):
     out[e] = exp(scores[e]) / sum of exp(scores[e']) over the in-edges e' of
     dst(e). Computed stably: each destination's maximum is subtracted first
     (softmax does not change under that shift, so no gradient flows through it).
+    scores and the result are in the edge order of the propagation ops: the
+    user's for a Graph, its own CSC order for a Chunk or an Adjacency.
     """
     with tf.name_scope("EdgeSoftmax"):
         scores = tf.convert_to_tensor(scores)

@@ -81,16 +81,21 @@ def check_graph(graph, src_in, dst_in, data_in=None):
     src_in, dst_in = np.asarray(src_in, np.int64), np.asarray(dst_in, np.int64)
     E, n = len(src_in), graph.num_vertices
     assert graph.num_edges == E
+    # The public per-edge arrays are in the user's order: the input's.
+    np.testing.assert_array_equal(graph.src, src_in)
+    np.testing.assert_array_equal(graph.dst, dst_in)
+    # Stored order: edge_order[k] is the input position of stored edge k.
     order = graph.edge_order
     np.testing.assert_array_equal(np.sort(order), np.arange(E))
-    np.testing.assert_array_equal(graph.src, src_in[order])
-    np.testing.assert_array_equal(graph.dst, dst_in[order])
+    np.testing.assert_array_equal(graph.adjacency.src, src_in[order])
+    np.testing.assert_array_equal(graph.adjacency.dst, dst_in[order])
     if data_in is None:
-        assert graph.edge_data is None
+        assert graph.edge_data is None and graph.stored_edge_data is None
     else:
-        np.testing.assert_array_equal(graph.edge_data, np.asarray(data_in)[order])
+        np.testing.assert_array_equal(graph.edge_data, data_in)
+        np.testing.assert_array_equal(graph.stored_edge_data, np.asarray(data_in)[order])
     # Ties (multi-edges) keep input order.
-    pair = graph.dst.astype(np.int64) * max(n, 1) + graph.src
+    pair = graph.adjacency.dst.astype(np.int64) * max(n, 1) + graph.adjacency.src
     tie = pair[1:] == pair[:-1]
     assert np.all(np.diff(order)[tie] > 0)
     check_adjacency(graph.adjacency)
@@ -123,7 +128,7 @@ def check_partition(graph, partition):
             adj = chunk.adjacency
             assert (adj.num_src, adj.num_dst) == (sizes[i], sizes[j])
             check_adjacency(adj)
-            ids = np.asarray(chunk.edge_ids)
+            ids = np.asarray(chunk.edge_ids)  # positions in the user's order
             assert chunk.num_edges == len(ids)
             np.testing.assert_array_equal(vertices[i][adj.src], graph.src[ids])
             np.testing.assert_array_equal(vertices[j][adj.dst], graph.dst[ids])

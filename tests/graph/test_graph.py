@@ -1,4 +1,4 @@
-"""Graph.from_edges, its CSC/CSR views, and the edge-set helpers."""
+"""Graph.from_edges, its CSC/CSR views, the user's edge order, and the edge-set helpers."""
 
 import numpy as np
 import pytest
@@ -101,8 +101,8 @@ def test_arrays_are_read_only_and_not_aliased():
     data = np.array([1.0, 2.0, 3.0, 4.0], np.float32)
     g = Graph.from_edges(src, dst, edge_data=data)
     adj = g.adjacency
-    arrays = [g.src, g.dst, g.edge_data, g.edge_order, adj.csc_indptr, adj.csc_src, adj.csr_indptr,
-              adj.csr_dst, adj.csr_edge]
+    arrays = [g.src, g.dst, g.edge_data, g.stored_edge_data, g.edge_order, adj.csc_indptr, adj.csc_src,
+              adj.csr_indptr, adj.csr_dst, adj.csr_edge]
     for array in arrays:
         assert not array.flags.writeable
         with pytest.raises(ValueError, match="read-only"):
@@ -137,10 +137,13 @@ def test_views_with_multi_edges_and_self_loops():
     dst = [0, 0, 0, 1, 2, 0, 2]
     g = Graph.from_edges(src, dst, 4, edge_data=np.arange(7))
     check_graph(g, src, dst, np.arange(7))
-    # CSC: dst 0 has (0->0), (2->0) x3 in input order; dst 1 has (1->1); dst 2 has (0->2), (1->2).
-    np.testing.assert_array_equal(g.src, [0, 2, 2, 2, 1, 0, 1])
-    np.testing.assert_array_equal(g.dst, [0, 0, 0, 0, 1, 2, 2])
-    np.testing.assert_array_equal(g.edge_data, [1, 0, 2, 5, 3, 6, 4])
+    np.testing.assert_array_equal(g.src, src)  # the user's order
+    np.testing.assert_array_equal(g.edge_data, np.arange(7))
+    # Stored (CSC): dst 0 has (0->0), (2->0) x3 in input order; dst 1 has (1->1); dst 2 has (0->2), (1->2).
+    np.testing.assert_array_equal(g.adjacency.src, [0, 2, 2, 2, 1, 0, 1])
+    np.testing.assert_array_equal(g.adjacency.dst, [0, 0, 0, 0, 1, 2, 2])
+    np.testing.assert_array_equal(g.edge_order, [1, 0, 2, 5, 3, 6, 4])
+    np.testing.assert_array_equal(g.stored_edge_data, [1, 0, 2, 5, 3, 6, 4])
     np.testing.assert_array_equal(g.adjacency.csc_indptr, [0, 4, 5, 7, 7])
     np.testing.assert_array_equal(g.adjacency.csr_indptr, [0, 2, 4, 7, 7])
     np.testing.assert_array_equal(g.adjacency.csr_edge, [0, 5, 4, 6, 1, 2, 3])
@@ -157,6 +160,33 @@ def test_empty_graphs():
     np.testing.assert_array_equal(g.adjacency.csr_indptr, np.zeros(6))
 
 
+def test_user_order_arrays_are_made_once_and_only_when_needed():
+    data = np.array([5.0, 6.0, 7.0])
+    given_in_csc_order = Graph.from_edges([2, 0, 1], [0, 1, 1], 3, edge_data=data)
+    assert given_in_csc_order.src is given_in_csc_order.adjacency.src  # nothing to permute: no copy
+    assert given_in_csc_order.edge_data is given_in_csc_order.stored_edge_data
+    assert given_in_csc_order.user_edge_ids() is None
+    g = Graph.from_edges([0, 2, 1], [1, 0, 1], 3, edge_data=data)
+    assert g.src is g.src and g.edge_data is g.edge_data  # cached
+    np.testing.assert_array_equal(g.src, [0, 2, 1])
+    np.testing.assert_array_equal(g.edge_data, data)
+    np.testing.assert_array_equal(g.stored_edge_data, [6.0, 5.0, 7.0])
+    ids = g.user_edge_ids()
+    np.testing.assert_array_equal(ids.csc.numpy(), g.edge_order)
+    np.testing.assert_array_equal(ids.csr.numpy(), g.edge_order[g.adjacency.csr_edge])
+    assert ids.csc.dtype == ids.csr.dtype == g.adjacency.index_dtype and g.user_edge_ids() is ids
+
+
+def test_rebuilding_from_the_public_arrays_gives_the_same_graph():
+    """What model saving relies on: from_edges(src, dst, n, edge_data) of a graph is that graph."""
+    g = uniform_graph(np.random.default_rng(6), 30, 200, edge_dims=(2,))
+    h = Graph.from_edges(g.src, g.dst, g.num_vertices, g.edge_data)
+    for name in ("src", "dst", "edge_data", "edge_order", "stored_edge_data"):
+        np.testing.assert_array_equal(getattr(h, name), getattr(g, name), err_msg=name)
+    for name in ("csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge"):
+        np.testing.assert_array_equal(getattr(h.adjacency, name), getattr(g.adjacency, name), err_msg=name)
+
+
 # ---- helpers ----
 
 
@@ -169,6 +199,9 @@ def test_add_self_loops_without_edge_data():
     h = g.add_self_loops()
     assert h.edge_data is None and h.num_edges == 3 + 4
     assert _pairs(h) == sorted(_pairs(g) + [(v, v) for v in range(4)])
+    # The user's order: the edges as they were, then the loops.
+    np.testing.assert_array_equal(h.src, [0, 1, 2, 0, 1, 2, 3])
+    np.testing.assert_array_equal(h.dst, [1, 1, 0, 0, 1, 2, 3])
     np.testing.assert_array_equal(h.in_degree(), g.in_degree() + 1)
 
 
@@ -182,6 +215,8 @@ def test_add_self_loops_with_edge_data(fill):
     np.testing.assert_array_equal(h.edge_data[loops], np.full((3, 2), fill))
     for u, v, w in zip(h.src[~loops], h.dst[~loops], h.edge_data[~loops]):
         np.testing.assert_array_equal(w, g.edge_data[(g.src == u) & (g.dst == v)][0])
+    np.testing.assert_array_equal(h.edge_data, np.concatenate([g.edge_data, np.full((3, 2), fill)]))
+    np.testing.assert_array_equal(h.src, [0, 1, 2, 0, 1, 2])
 
 
 def test_remove_self_loops():
@@ -189,8 +224,10 @@ def test_remove_self_loops():
     h = g.remove_self_loops()
     assert not np.any(h.src == h.dst)
     assert _pairs(h) == [(1, 2), (2, 0)]
-    np.testing.assert_array_equal(h.edge_data[h.src == 1], [1])
-    np.testing.assert_array_equal(h.edge_data[h.src == 2], [3])
+    # The survivors in their order (stored order would put 2 -> 0 first).
+    np.testing.assert_array_equal(h.src, [1, 2])
+    np.testing.assert_array_equal(h.dst, [2, 0])
+    np.testing.assert_array_equal(h.edge_data, [1, 3])
     assert Graph.from_edges([0], [0]).remove_self_loops().num_edges == 0
 
 
@@ -203,7 +240,10 @@ def test_remove_duplicates_keeps_the_first():
     assert set(_pairs(h)) == set(zip(src.tolist(), dst.tolist()))
     for u, v, first in zip(h.src, h.dst, h.edge_data):
         assert first == np.flatnonzero((src == u) & (dst == v))[0]
-    check_graph(h, h.src, h.dst, h.edge_data)
+    # The survivors keep their relative order: the first occurrences, by input position.
+    _, first_positions = np.unique(src * 6 + dst, return_index=True)
+    np.testing.assert_array_equal(h.edge_data, np.sort(first_positions))
+    check_graph(h, src[h.edge_data], dst[h.edge_data], h.edge_data)
     assert Graph.from_edges([], [], 3).remove_duplicates().num_edges == 0
 
 
@@ -220,13 +260,22 @@ def test_symmetrize():
     for u, v, w in zip(h.src, h.dst, h.edge_data):
         forward = np.flatnonzero((src == u) & (dst == v))
         assert w == (forward[0] if forward.size else np.flatnonzero((src == v) & (dst == u))[0])
+    # The user's order: the edges, then their reverses, each pair where it first occurs.
+    both_src, both_dst = np.concatenate([src, dst]), np.concatenate([dst, src])
+    _, first = np.unique(both_src * 12 + both_dst, return_index=True)
+    kept = np.sort(first)
+    np.testing.assert_array_equal(h.src, both_src[kept])
+    np.testing.assert_array_equal(h.dst, both_dst[kept])
+    np.testing.assert_array_equal(h.edge_data, np.concatenate([np.arange(60), np.arange(60)])[kept])
 
 
-def test_with_edge_data_uses_stored_order_and_validates():
-    g = Graph.from_edges([2, 0, 1], [0, 1, 1], 3)
+def test_with_edge_data_uses_the_user_order_and_validates():
+    g = Graph.from_edges([0, 2, 1], [1, 0, 1], 3)  # stored order: 2 -> 0, 0 -> 1, 1 -> 1
     h = g.with_edge_data(np.array([5.0, 6.0, 7.0]))
     assert h.adjacency is g.adjacency
     np.testing.assert_array_equal(h.edge_data, [5.0, 6.0, 7.0])
+    np.testing.assert_array_equal(h.stored_edge_data, [6.0, 5.0, 7.0])
+    np.testing.assert_array_equal(h.to_scipy().toarray(), [[0, 5, 0], [0, 7, 0], [6, 0, 0]])
     with pytest.raises(ValueError, match="edge_data"):
         g.with_edge_data(np.ones(2))
 
@@ -252,7 +301,7 @@ def test_gcn_norm_degree_zero_gives_zero():
     # 0 -> 1 and 3 -> 1: vertices 0 and 3 have in-degree 0, so their edges weigh 0; 2 is isolated.
     g = Graph.from_edges([0, 3, 1], [1, 1, 1], 4)
     w = g.gcn_norm()
-    assert np.all(np.isfinite(w))
+    assert np.all(np.isfinite(w)) and w.flags.writeable  # the caller's array
     np.testing.assert_array_equal(w[g.src != 1], 0.0)
     np.testing.assert_allclose(w[g.src == 1], 1.0 / 3.0)
     assert Graph.from_edges([], [], 3).gcn_norm().shape == (0,)
@@ -263,10 +312,11 @@ def test_to_scipy_round_trip():
     g = uniform_graph(rng, 30, 200).remove_duplicates()
     m = g.to_scipy()
     assert isinstance(m, sp.csr_matrix) and m.shape == (30, 30) and m.nnz == g.num_edges
-    h = Graph.from_edges(m)
-    np.testing.assert_array_equal(h.src, g.src)
-    np.testing.assert_array_equal(h.dst, g.dst)
-    np.testing.assert_array_equal(h.edge_data, g.edge_data)
+    h = Graph.from_edges(m)  # the same edges in the matrix's order: stored alike, as no pair repeats
+    np.testing.assert_array_equal(h.adjacency.src, g.adjacency.src)
+    np.testing.assert_array_equal(h.adjacency.dst, g.adjacency.dst)
+    np.testing.assert_array_equal(h.stored_edge_data, g.stored_edge_data)
+    np.testing.assert_array_equal(h.src, m.tocoo().row)
     # Without scalar edge data, entries count edges (multi-edges add up).
     multi = Graph.from_edges([0, 0, 1], [1, 1, 1], 2, edge_data=np.ones((3, 2)))
     np.testing.assert_array_equal(multi.to_scipy().toarray(), [[0, 2], [0, 1]])

@@ -116,7 +116,9 @@ def test_save_and_load_round_trip(data, tmp_path, name):
 
     loaded = keras.models.load_model(path)
     assert type(loaded) is ngra_tf.GraphModel and loaded is not model
-    # The graph came back with its edges and edge data, in stored order.
+    # The graph came back with its edges and edge data, in the user's order.
+    assert not np.array_equal(prepared.edge_order, np.arange(prepared.num_edges))  # not given in CSC order
+    np.testing.assert_array_equal(loaded.graph.edge_order, prepared.edge_order)
     np.testing.assert_array_equal(loaded.graph.src, prepared.src)
     np.testing.assert_array_equal(loaded.graph.dst, prepared.dst)
     if prepared.edge_data is None:

@@ -280,20 +280,19 @@ def test_edge_softmax_matches_dense_masked_softmax(extra):
     edges = lc.random_edges(seed=28, data=None)
     rng = np.random.default_rng(0)
     scores_input = tf.constant(rng.normal(scale=2.0, size=(edges.num_edges,) + extra))
-    order = edges.graph.edge_order
-    scores_stored = tf.gather(scores_input, order)  # the layer sees edges in stored order
 
-    def ours(s):
-        return tf.gather(edge_softmax(edges.graph, tf.gather(s, order)), np.argsort(order))  # back to input order
-
-    got, (grad,) = lc.value_and_grads(ours, scores_input, [])
+    # On a Graph, scores and weights are in the order the edges were given.
+    got, (grad,) = lc.value_and_grads(lambda s: edge_softmax(edges.graph, s), scores_input, [])
     want, (want_grad,) = lc.value_and_grads(lambda s: dense_edge_softmax(edges, s), scores_input, [])
     np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-15)
     np.testing.assert_allclose(grad.numpy(), want_grad.numpy(), rtol=1e-10, atol=1e-12)
-    # Each destination with in-edges sums to 1; stored order is grouped by destination.
-    stored = edge_softmax(edges.graph, scores_stored).numpy()
+    # On the bare adjacency (as chunks run), in its CSC order.
+    order = edges.graph.edge_order
+    stored = edge_softmax(edges.graph.adjacency, tf.gather(scores_input, order)).numpy()
+    np.testing.assert_allclose(stored, tf.gather(want, order).numpy(), rtol=1e-12, atol=1e-15)
+    # Each destination with in-edges sums to 1.
     totals = np.zeros((edges.num_vertices,) + extra)
-    np.add.at(totals, edges.graph.dst, stored)
+    np.add.at(totals, edges.dst, got.numpy())
     has_in = edges.in_degree() > 0
     assert not has_in[0] and not has_in[-1]  # destinations without in-edges exist
     np.testing.assert_allclose(totals[has_in], 1.0, rtol=1e-12)
@@ -306,26 +305,23 @@ def test_edge_softmax_is_stable_for_large_scores():
     for dtype in (np.float32, np.float64):
         out = edge_softmax(edges.graph, tf.constant(scores.astype(dtype))).numpy()
         assert np.all(np.isfinite(out))
-        want = dense_edge_softmax(edges, tf.constant(scores[np.argsort(edges.graph.edge_order)]))
-        want = tf.gather(want, edges.graph.edge_order).numpy()  # back to stored order
+        want = dense_edge_softmax(edges, tf.constant(scores)).numpy()
         np.testing.assert_allclose(out, want, rtol=1e-4 if dtype == np.float32 else 1e-12)
 
 
 def test_edge_softmax_single_in_edge_is_one_and_has_zero_gradient():
     graph = ngra_tf.Graph.from_edges([0, 1, 2, 2], [1, 2, 0, 0], 4)  # vertex 3 is isolated
-    # Stored order is by destination: the two 2->0 edges, then 0->1, then 1->2.
-    np.testing.assert_array_equal(graph.dst, [0, 0, 1, 2])
-    scores = tf.constant([0.3, -1.0, 2.0, 5.0], tf.float64)  # in stored order
+    scores = tf.constant([2.0, 5.0, 0.3, -1.0], tf.float64)  # in the order given: 0->1, 1->2, then two 2->0
     with tf.GradientTape() as tape:
         tape.watch(scores)
         out = edge_softmax(graph, scores)
-        loss = tf.reduce_sum(out * tf.constant([1.0, 2.0, 3.0, 4.0], tf.float64))
+        loss = tf.reduce_sum(out * tf.constant([3.0, 4.0, 1.0, 2.0], tf.float64))
     e = np.exp([0.3, -1.0])
-    np.testing.assert_allclose(out.numpy(), [e[0] / e.sum(), e[1] / e.sum(), 1.0, 1.0], rtol=1e-12)
+    np.testing.assert_allclose(out.numpy(), [1.0, 1.0, e[0] / e.sum(), e[1] / e.sum()], rtol=1e-12)
     grad = tape.gradient(loss, scores).numpy()
-    assert grad[2] == 0 and grad[3] == 0  # a single in-edge: the softmax is constantly 1
-    assert grad[0] != 0 and grad[1] != 0
-    np.testing.assert_allclose(grad[0], -grad[1], rtol=1e-12)  # softmax weights sum to 1
+    assert grad[0] == 0 and grad[1] == 0  # a single in-edge: the softmax is constantly 1
+    assert grad[2] != 0 and grad[3] != 0
+    np.testing.assert_allclose(grad[2], -grad[3], rtol=1e-12)  # softmax weights sum to 1
 
 
 def test_edge_data_comes_in_the_vertex_dtype():

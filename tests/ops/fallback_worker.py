@@ -42,6 +42,21 @@ with warnings.catch_warnings(record=True) as caught:
         np.testing.assert_array_equal(tape.gradient(total, xt).numpy(),
                                       np.repeat(adjacency.out_degree()[:, None], 2, axis=1))
         checked += 1
+    # A Graph's edge tensors are in the order its edges were given (not CSC here).
+    src, dst = np.array([2, 0, 1, 2, 0]), np.array([0, 2, 0, 1, 2])
+    graph = ngra_tf.Graph.from_edges(src, dst, 3)
+    x = rng.normal(size=(3, 2))
+    np.testing.assert_array_equal(scatter(graph, x).numpy(), x[src])
+    values = rng.normal(size=(5, 2))
+    expected = np.zeros((3, 2))
+    np.add.at(expected, dst, values)
+    np.testing.assert_allclose(gather(graph, values).numpy(), expected, rtol=1e-12)
+    weights = rng.normal(size=5)
+    expected = np.zeros((3, 2))
+    np.add.at(expected, dst, x[src] * weights[:, None])
+    np.testing.assert_allclose(fused_gather(graph, x, edge_data=weights, program="src_mul_edge").numpy(), expected,
+                               rtol=1e-12)
+    checked += 3
     # Copies degrade to identities with no counters.
     np.testing.assert_array_equal(copy_h2d(tf.ones([3])).numpy(), 1)
     assert copy_stats(reset=True) == {}

@@ -202,7 +202,8 @@ def test_raw_extreme_gradients_accept_the_forward_argedge(width_shape):
 
 
 def tied_graph():
-    """Destination 0 reads sources 1, 2, 3, 3 (a multi-edge) in that stored order.
+    """Destination 0 reads sources 1, 2, 3, 3 (a multi-edge) in that stored order
+    (given as 3, 2, 3, 1: edge_order is [3, 1, 0, 2, 5, 4]).
 
     Feature 0 is 5 everywhere (a 4-way tie); feature 1 is 1, 3, 3, 3, so max
     ties between edges 1-3 and min has a single winner, edge 0. Destination 1
@@ -214,7 +215,7 @@ def tied_graph():
 
 
 def first_winners(messages, adjacency, reduce):
-    """[num_dst, F] edge id of the first message in stored order attaining the extreme."""
+    """[num_dst, F] edge id (stored position) of the first message in stored order attaining the extreme."""
     extreme = oracle_reduce(messages, adjacency, reduce)
     winners = np.full(extreme.shape, -1)
     for v in range(adjacency.num_dst):
@@ -247,14 +248,15 @@ def test_ties_in_cache_blocked_walks_go_to_the_first_stored_edge(kind):
 def test_ties_send_gradient_to_first_edge(reduce):
     graph, x = tied_graph()
     adjacency = graph.adjacency
-    np.testing.assert_array_equal(graph.src, [1, 2, 3, 3, 0, 2])
+    np.testing.assert_array_equal(adjacency.src, [1, 2, 3, 3, 0, 2])
+    np.testing.assert_array_equal(graph.edge_order, [3, 1, 0, 2, 5, 4])
     upstream = np.array([[1.0, 10.0], [100.0, 1000.0], [0, 0], [0, 0]])
-    messages = x[graph.src]
-    winners = first_winners(messages, adjacency, reduce)
+    winners = first_winners(x[adjacency.src], adjacency, reduce)
+    messages = x[graph.src]  # edge tensors of a Graph are in the user's order
     expected_edges = np.zeros_like(messages)
     for v, f in np.ndindex(*winners.shape):
         if winners[v, f] >= 0:
-            expected_edges[winners[v, f], f] = upstream[v, f]
+            expected_edges[graph.edge_order[winners[v, f]], f] = upstream[v, f]
 
     # gather: the winner's edge row.
     (d_values,) = tape_gradients(lambda v: gather(graph, v, reduce), [messages], upstream)
@@ -270,8 +272,8 @@ def test_ties_send_gradient_to_first_edge(reduce):
                                                         reduce=reduce), [x, ones], upstream)
     np.testing.assert_array_equal(d_x, expected_src)
     np.testing.assert_array_equal(d_w, np.sum(expected_edges * messages, axis=1))
-    if reduce == "max":  # spelled out for the documented case
-        np.testing.assert_array_equal(d_values[:4], [[1, 0], [0, 10], [0, 0], [0, 0]])
+    if reduce == "max":  # spelled out for the documented case: 1 -> 0 (given fourth) wins the 4-way tie
+        np.testing.assert_array_equal(d_values, [[0, 0], [0, 10], [0, 0], [1, 0], [0, 1000], [100, 0]])
 
 
 def test_ties_per_head_weight_gradient():
@@ -282,11 +284,12 @@ def test_ties_per_head_weight_gradient():
     upstream = np.ones((graph.num_vertices, 2, 2))
     d_x, d_w = tape_gradients(lambda v, w: fused_gather(graph, v, edge_data=w, program="src_mul_edge",
                                                         reduce="max"), [x2, heads], upstream)
-    winners = first_winners(x[graph.src], graph.adjacency, "max")  # [V, 2], the same for both heads
-    expected = np.zeros(graph.num_edges)
+    adjacency = graph.adjacency
+    winners = first_winners(x[adjacency.src], adjacency, "max")  # [V, 2], the same for both heads
+    expected = np.zeros(graph.num_edges)  # in the user's order, like the weights
     for v, f in np.ndindex(*winners.shape):
         if winners[v, f] >= 0:
-            expected[winners[v, f]] += x[graph.src[winners[v, f]], f]
+            expected[graph.edge_order[winners[v, f]]] += x[adjacency.src[winners[v, f]], f]
     np.testing.assert_array_equal(d_w, np.stack([expected, expected], axis=1))
 
 

@@ -93,7 +93,10 @@ def test_graph_edge_data_is_the_default():
     typed = base.with_edge_data(types)
     xt = rng.normal(size=(graph.num_vertices, 2, 3))
     np.testing.assert_allclose(fused_gather(typed, xt, program="type_select").numpy(),
-                               oracle_fused_gather("type_select", "sum", typed.adjacency, xt, None, types))
+                               oracle_fused_gather("type_select", "sum", typed.adjacency, xt, None,
+                                                   typed.stored_edge_data))
+    np.testing.assert_allclose(fused_gather(base, xt, edge_data=types, program="type_select").numpy(),
+                               fused_gather(typed, xt, program="type_select").numpy())
 
 
 def test_chunk_uses_its_own_edge_data():
