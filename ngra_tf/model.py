@@ -128,8 +128,10 @@ class GraphModel(keras.Model):
         The arrays become tensors once per fit/evaluate/predict call. Given
         arrays, Keras would instead slice a fresh batch out of them every
         epoch (a copy of all the features, the larger part of a Cora epoch).
-        fit repeats it, one step per epoch, so that one iterator serves
-        every epoch.
+        fit repeats the training set, one step per epoch, so that one
+        iterator serves every epoch. The validation set stays finite: Keras
+        makes it a new iterator every epoch, and a repeated dataset left
+        behind each time slowed G-GCN's reddit-small epochs by a second.
         """
         if y is None and sample_weight is not None:
             raise ValueError("sample_weight (the vertex mask) needs labels")
@@ -153,8 +155,7 @@ class GraphModel(keras.Model):
             kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
-            validation_data = self._graph_batch(*validation_data).repeat()
-            kwargs["validation_steps"] = kwargs.get("validation_steps") or 1
+            validation_data = self._graph_batch(*validation_data)
         return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):

@@ -27,6 +27,7 @@ flags.DEFINE_list("densities", ["0.0001", "0.001", "0.01", "0.1"], "Densities of
 flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the median is reported.")
 flags.DEFINE_bool("reddit", True, "Also run the two reddit-small-like power-law graphs.")
 flags.DEFINE_bool("torch", True, "Include torch.sparse.mm when torch is installed.")
+flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs matplotlib).")
 FLAGS = flags.FLAGS
 
 NGRA = ("ngra fused_gather", "ngra scatter-mul-gather")
@@ -157,6 +158,24 @@ def main(argv):
         for w in (128, 602):
             print(f"\nngra fused_gather, reddit-small-like d = {w}: forward + backward = "
                   f"{both[w] / fwd[w]:.2f}x forward")
+    if FLAGS.plot:
+        plot(results)
+
+
+def plot(results):
+    from plots import ratio_chart  # noqa: PLC0415  (tools/)
+
+    keys = list(results)
+    labels = [f"{label.replace('A @ X, ', '')}, {'fwd+bwd' if backward is True else 'fwd'}"
+              for label, backward in keys]
+    peers = {"tf.sparse.sparse_dense_matmul": "TF sparse_dense_matmul / ngra",
+             "scipy CSR @ dense": "scipy CSR / ngra", "torch.sparse.mm (CSR)": "torch CSR / ngra"}
+    series = {title: [results[k][name] / results[k]["ngra fused_gather"] if name in results[k] else None
+                      for k in keys]
+              for name, title in peers.items()}
+    ratio_chart(FLAGS.plot, "Propagation A @ X: peers against ngra fused_gather (CPU)", labels,
+                {title: values for title, values in series.items() if any(values)},
+                note="tools/bench_kernels.py; > 1: ngra-tf is faster")
 
 
 if __name__ == "__main__":

@@ -71,3 +71,25 @@ def test_profile_trace_shows_chunks_and_fused_gathers(tmp_path):
         for j in range(2):
             assert any(f"/C{i}_{j}/FusedGather/NgraFusedGather" in name for name in names), (i, j)
         assert any(f"/V{i}/ApplyVertex/" in name for name in names), i
+
+
+def test_trace_summary_reads_the_profile(tmp_path):
+    """tools/trace_summary.py sums the trace train.py wrote: the fused kernels are among its rows."""
+    _, names = profile(tmp_path, "--model=gcn")
+    if names is None:
+        pytest.skip("no xplane parser in this TensorFlow")
+    done = subprocess.run([sys.executable, str(lc.ROOT / "tools" / "trace_summary.py"), f"--logdir={tmp_path}",
+                           "--steps=3", "--top=200"], capture_output=True, text=True, timeout=120,
+                          env=lc.subprocess_env(), cwd=lc.ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [line.split(None, 3) for line in done.stdout.splitlines()[2:]]
+    fused = [row for row in rows if row[3].endswith("NgraFusedGather")]
+    assert fused and all(float(ms) > 0 and float(count) > 0 for ms, count, _, _ in fused), done.stdout
+    times = [float(row[0]) for row in rows]
+    assert times == sorted(times, reverse=True)
+
+
+def test_trace_summary_names_a_bad_logdir(tmp_path):
+    done = subprocess.run([sys.executable, str(lc.ROOT / "tools" / "trace_summary.py"), f"--logdir={tmp_path}"],
+                          capture_output=True, text=True, timeout=120, env=lc.subprocess_env(), cwd=lc.ROOT)
+    assert done.returncode != 0 and f"no .xplane.pb under {tmp_path}" in done.stderr
