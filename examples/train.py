@@ -5,9 +5,14 @@
 Models: gcn, commnet, mpgcn, ggcn, ggnn, gat (ngra_tf.recipes). Datasets: cora
 (the Planetoid split shipped with ngra_tf) or a synthetic preset shaped like NGra's
 Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
-labels. --profile_dir writes a TensorBoard profile of a few training steps.
+labels. --profile_dir writes a TensorBoard profile of a few training steps;
+--history_json writes each epoch's loss and metrics and the run's measured peak
+memory, at full precision.
 """
 
+import json
+import os
+import tempfile
 import time
 
 import keras
@@ -19,6 +24,7 @@ import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
+from ngra_tf.runtime import resident
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
@@ -44,6 +50,9 @@ flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout, synthetic data).
 flags.DEFINE_integer("runs", 1, "Train this many times with seeds seed, seed+1, ... and report the mean.",
                      lower_bound=1)
 flags.DEFINE_string("profile_dir", None, "If set, write a TensorFlow profiler trace of training steps here.")
+flags.DEFINE_string("history_json", None, "If set, write the training history here as JSON: every epoch's loss "
+                    "and metrics at full precision, the test metrics, and the peak resident memory above the "
+                    "baseline (taken once TensorFlow is up, before the dataset is read).")
 flags.DEFINE_integer("verbose", 0, "Keras verbosity for fit (0 silent, 1 progress bar, 2 one line per epoch).")
 
 
@@ -54,6 +63,7 @@ def load(name, seed):
 
 
 def train_once(dataset, seed):
+    """Trains one model; returns a JSON-ready record of the run."""
     keras.utils.set_random_seed(seed)
     base = recipes.RECIPES[FLAGS.model]
     recipe = recipes.Recipe(
@@ -90,7 +100,22 @@ def train_once(dataset, seed):
     epochs = len(history.history["loss"])
     print(f"{FLAGS.model} on {FLAGS.dataset}, seed {seed}: test accuracy {result['accuracy']:.4f} "
           f"after {epochs} epochs ({1e3 * seconds / epochs:.1f} ms/epoch)")
-    return result["accuracy"]
+    return {"seed": seed, "epochs": epochs, "seconds": seconds,
+            "history": {name: [float(v) for v in values] for name, values in history.history.items()},
+            "test": {name: float(value) for name, value in result.items()}}
+
+
+def write_json(path, record):
+    """Writes record to path whole or not at all (a temporary file, then a rename)."""
+    directory = os.path.dirname(os.path.abspath(path))
+    handle, temporary = tempfile.mkstemp(prefix=".history-", suffix=".json", dir=directory)
+    try:
+        with os.fdopen(handle, "w") as out:
+            json.dump(record, out, indent=1)
+        os.replace(temporary, path)
+    except BaseException:
+        os.unlink(temporary)
+        raise
 
 
 def main(argv):
@@ -98,9 +123,22 @@ def main(argv):
     unknown = set(FLAGS.rewrites) - set(REWRITES) - {"none"}
     if unknown:
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
+    if FLAGS.history_json and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.history_json))):
+        raise app.UsageError(f"--history_json: no directory {os.path.dirname(os.path.abspath(FLAGS.history_json))}")
     logging.set_verbosity(logging.WARNING)
+    tf.constant(0.0).numpy()  # TensorFlow's runtime is up before the baseline
+    baseline = resident.mark()
     dataset = load(FLAGS.dataset, FLAGS.seed)
-    accuracies = [train_once(dataset, FLAGS.seed + run) for run in range(FLAGS.runs)]
+    runs = [train_once(dataset, FLAGS.seed + run) for run in range(FLAGS.runs)]
+    peak = baseline.peak()
+    print(peak)
+    accuracies = [run["test"]["accuracy"] for run in runs]
+    if FLAGS.history_json:
+        record = {"model": FLAGS.model, "dataset": FLAGS.dataset, "chunks": FLAGS.chunks, **runs[0],
+                  **peak.as_dict()}
+        if FLAGS.runs > 1:
+            record["runs"] = runs
+        write_json(FLAGS.history_json, record)
     if FLAGS.runs > 1:
         print(f"{FLAGS.model} on {FLAGS.dataset}: mean test accuracy {np.mean(accuracies):.4f} "
               f"(min {np.min(accuracies):.4f}, max {np.max(accuracies):.4f}) over {FLAGS.runs} runs")

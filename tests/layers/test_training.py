@@ -2,6 +2,7 @@
 the README), and examples/train.py for every model, on Cora in a subprocess
 and on a small synthetic preset in-process."""
 
+import json
 import re
 import subprocess
 import sys
@@ -53,7 +54,7 @@ def test_example_helpfull_documents_the_flags():
     text = done.stdout
     assert "Trains a SAGA-NN model" in text
     for flag in ("model", "dataset", "epochs", "hidden", "lr", "weight_decay", "dropout", "patience", "chunks",
-                 "schedule", "rewrites", "explain", "seed", "runs", "profile_dir", "verbose"):
+                 "schedule", "rewrites", "explain", "seed", "runs", "profile_dir", "history_json", "verbose"):
         assert f"--{flag}:" in text or f"--[no]{flag}:" in text, flag
     assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat>" in text
     for preset in datasets.PRESETS:
@@ -77,21 +78,51 @@ def tiny_pubmed():
 @pytest.mark.parametrize("model", list(recipes.RECIPES))
 def test_example_train_once_on_synthetic_preset(example, tiny_pubmed, model, capsys):
     example.FLAGS(["train.py", f"--model={model}", "--dataset=pubmed", "--epochs=2", "--hidden=8"])
-    accuracy = example.train_once(tiny_pubmed, seed=0)
+    run = example.train_once(tiny_pubmed, seed=0)
     out = capsys.readouterr().out
-    assert re.search(rf"{model} on pubmed, seed 0: test accuracy \d\.\d{{4}} after [12] epochs", out), out
-    assert 0.0 <= accuracy <= 1.0
+    match = re.search(rf"{model} on pubmed, seed 0: test accuracy (\d\.\d{{4}}) after ([12]) epochs", out)
+    assert match, out
+    assert 0.0 <= run["test"]["accuracy"] <= 1.0
+    assert f"{run['test']['accuracy']:.4f}" == match.group(1)
+    assert len(run["history"]["loss"]) == run["epochs"] == int(match.group(2))
 
 
 def test_example_chunks_schedule_and_rewrites_do_not_change_training(example, tiny_pubmed, capsys):
-    accuracies = []
+    runs = []
     for args in ([], ["--chunks=3", "--schedule=dest-order", "--explain"], ["--chunks=2", "--rewrites=none"]):
         example.FLAGS(["train.py", "--model=ggcn", "--dataset=pubmed", "--epochs=3", "--hidden=8", *args])
-        accuracies.append(example.train_once(tiny_pubmed, seed=0))
+        runs.append(example.train_once(tiny_pubmed, seed=0))
         example.FLAGS.unparse_flags()
     out = capsys.readouterr().out
     assert "3x3 chunks" in out and "fused_gather program gate_sigmoid" in out  # --explain
-    assert accuracies[0] == accuracies[1] == accuracies[2]
+    assert runs[0]["test"]["accuracy"] == runs[1]["test"]["accuracy"] == runs[2]["test"]["accuracy"]
+    for run in runs[1:]:  # every epoch's loss, up to float reassociation
+        np.testing.assert_allclose(run["history"]["loss"], runs[0]["history"]["loss"], rtol=1e-5)
+
+
+def test_example_history_json(tmp_path):
+    path = tmp_path / "history.json"
+    done = run_example("--model=gcn", "--dataset=cora", "--epochs=3", "--hidden=8", f"--history_json={path}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    record = json.loads(path.read_text())
+    assert record["model"] == "gcn" and record["epochs"] == 3
+    for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
+        assert len(record["history"][name]) == 3, name
+    assert record["history"]["loss"][-1] < record["history"]["loss"][0]
+    assert 0.0 <= record["test"]["accuracy"] <= 1.0
+    # The dataset and the training run were resident above the baseline: Cora's dense
+    # features alone are 2708 x 1433 float32 (15.5 MB).
+    assert record["peak_memory_bytes"] > 15 << 20, record
+    assert record["peak_resident_bytes"] >= record["baseline_resident_bytes"] + record["peak_memory_bytes"]
+    assert "peak memory" in done.stdout and "above the baseline" in done.stdout
+
+
+def test_example_history_json_in_a_missing_directory_fails_before_training(tmp_path):
+    path = tmp_path / "no" / "such" / "history.json"
+    done = run_example("--model=gcn", "--dataset=cora", "--epochs=200", f"--history_json={path}", timeout=60)
+    assert done.returncode == 1
+    assert "--history_json: no directory" in done.stderr
+    assert "test accuracy" not in done.stdout and not path.parent.exists()
 
 
 def test_example_rejects_unknown_rewrites(example):

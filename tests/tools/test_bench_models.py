@@ -36,9 +36,19 @@ def test_main_table_and_table_2_layout(tmp_path):
         assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
-def test_unknown_system_is_refused():
-    done = run("--systems=ngra1,gpu")
-    assert done.returncode != 0 and "unknown ['gpu']" in done.stderr
+def test_unknown_system_model_or_graph_is_refused():
+    for flag, value in (("systems", "ngra1,gpu"), ("models", "gcn,gpt"), ("graphs", "cora,citeseer")):
+        done = run(f"--{flag}={value}")
+        bad = value.split(",")[1]
+        assert done.returncode != 0 and f"--{flag}: unknown ['{bad}']" in done.stderr, done.stderr[-2000:]
+
+
+def test_cora():
+    done = run("--graphs=cora", "--models=gcn", "--systems=fit,ngra1,tf")
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = next(line for line in done.stdout.splitlines() if line.startswith("| GCN | cora"))
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert float(cells[2]) > 0 and float(cells[4]) > 0 and float(cells[6]) > 0, row
 
 
 def test_ablation_alone():

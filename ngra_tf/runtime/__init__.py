@@ -1,0 +1,1 @@
+"""Where a graph's data lives while it trains, and what that costs in memory."""

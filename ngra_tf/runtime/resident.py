@@ -1,0 +1,93 @@
+"""This process's resident memory: a baseline, then the peak above it.
+
+A memory budget is checked by measurement, not by an estimate. Linux keeps the
+process's peak resident set (VmHWM in /proc/self/status) and lets a process
+reset it (writing "5" to /proc/self/clear_refs), so a peak can be taken over
+any stretch of a run: mark a baseline when TensorFlow is up and before the
+graph's data is read, run, then read the peak. Resident memory counts
+file-backed pages (memory-mapped stores, the op library) as well as anonymous
+ones; both are reported.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+_STATUS = "/proc/self/status"
+_CLEAR_REFS = "/proc/self/clear_refs"
+
+
+def _status() -> dict:
+    """Memory fields of /proc/self/status in bytes ({} where there is no procfs)."""
+    fields = {}
+    try:
+        with open(_STATUS) as status:
+            for line in status:
+                key, _, value = line.partition(":")
+                parts = value.split()
+                if len(parts) == 2 and parts[1] == "kB":
+                    fields[key] = int(parts[0]) * 1024
+    except OSError:
+        pass
+    return fields
+
+
+def _reset_peak() -> bool:
+    try:
+        with open(_CLEAR_REFS, "w") as clear_refs:
+            clear_refs.write("5")
+        return True
+    except OSError:
+        return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Baseline:
+    """Resident memory at the moment `mark()` was called."""
+
+    resident_bytes: int  # VmRSS
+    anonymous_bytes: int  # RssAnon
+    file_bytes: int  # RssFile
+    peak_was_reset: bool  # False: the peak below may include what came before the baseline
+
+    def peak(self) -> "Peak":
+        """The peak resident memory since the baseline."""
+        fields = _status()
+        hwm = fields.get("VmHWM", 0)
+        return Peak(self, hwm, max(0, hwm - self.resident_bytes))
+
+
+@dataclasses.dataclass(frozen=True)
+class Peak:
+    baseline: Baseline
+    peak_resident_bytes: int  # VmHWM since the baseline
+    above_baseline_bytes: int  # what the measured stretch added at its peak
+
+    def as_dict(self) -> dict:
+        return {"peak_memory_bytes": self.above_baseline_bytes,
+                "peak_resident_bytes": self.peak_resident_bytes,
+                "baseline_resident_bytes": self.baseline.resident_bytes,
+                "baseline_anonymous_bytes": self.baseline.anonymous_bytes,
+                "baseline_file_bytes": self.baseline.file_bytes,
+                "peak_was_reset": self.baseline.peak_was_reset}
+
+    def __str__(self):
+        note = "" if self.baseline.peak_was_reset else " (peak could not be reset: it may predate the baseline)"
+        return (f"peak memory {format_bytes(self.above_baseline_bytes)} above the baseline "
+                f"(peak resident {format_bytes(self.peak_resident_bytes)}, baseline "
+                f"{format_bytes(self.baseline.resident_bytes)}: {format_bytes(self.baseline.anonymous_bytes)} "
+                f"anonymous + {format_bytes(self.baseline.file_bytes)} file-backed){note}")
+
+
+def mark() -> Baseline:
+    """Resets the process's peak resident memory and records the current one as the baseline."""
+    was_reset = _reset_peak()
+    fields = _status()
+    return Baseline(fields.get("VmRSS", 0), fields.get("RssAnon", 0), fields.get("RssFile", 0), was_reset)
+
+
+def format_bytes(count: int) -> str:
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"

@@ -1,0 +1,25 @@
+"""The resident-memory baseline and peak that memory budgets are checked with."""
+
+import numpy as np
+
+from ngra_tf.runtime import resident
+
+
+def test_peak_counts_what_was_touched_after_the_baseline_and_resets():
+    baseline = resident.mark()
+    assert baseline.peak_was_reset  # Linux lets a process reset its VmHWM
+    block = np.ones(64 << 20, np.uint8)  # touched, so resident
+    peak = baseline.peak()
+    assert peak.above_baseline_bytes >= 60 << 20, peak
+    assert peak.peak_resident_bytes >= baseline.resident_bytes + peak.above_baseline_bytes
+    del block
+    again = resident.mark()  # a new baseline forgets the old peak
+    assert again.peak().above_baseline_bytes < 32 << 20
+
+
+def test_report_names_the_peak_and_the_baseline():
+    peak = resident.mark().peak()
+    record = peak.as_dict()
+    assert set(record) >= {"peak_memory_bytes", "peak_resident_bytes", "baseline_resident_bytes"}
+    assert "above the baseline" in str(peak) and "file-backed" in str(peak)
+    assert resident.format_bytes(3 << 29) == "1.5 GiB" and resident.format_bytes(512) == "512 B"
