@@ -81,10 +81,14 @@ class Dataset(NamedTuple):
         0), as GCN and GAT do with bag-of-words features.
         """
         x = self.features.toarray().astype(np.float32, copy=False)
-        if normalize:
-            sums = x.sum(axis=1, keepdims=True)
-            np.divide(x, sums, out=x, where=sums != 0)
-        return x
+        return normalize_rows(x) if normalize else x
+
+
+def normalize_rows(x: np.ndarray) -> np.ndarray:
+    """Divides each row of x by its sum, in place (rows that sum to 0 stay 0); returns x."""
+    sums = x.sum(axis=1, keepdims=True)
+    np.divide(x, sums, out=x, where=sums != 0)
+    return x
 
 
 def _vector(arrays, key, length=None):
@@ -176,20 +180,31 @@ def synthetic(preset: str, seed: int = 0, scale: float = 1.0) -> Dataset:
     """
     from ngra_tf.graph.synthetic import power_law_graph  # noqa: PLC0415  synthetic imports Graph.
 
+    vertices, edges, width, classes = preset_shape(preset, scale)
+    rng = np.random.default_rng(seed)
+    graph = power_law_graph(vertices, edges, seed=seed)
+    features = sp.csr_matrix(rng.standard_normal((vertices, width), dtype=np.float32))
+    labels, train, val, test = synthetic_labels(rng, vertices, classes)
+    return Dataset(graph, features, labels, train, val, test, classes)
+
+
+def preset_shape(preset: str, scale: float = 1.0) -> tuple[int, int, int, int]:
+    """(vertices, edges, feature width, classes) of a synthetic preset at a scale."""
     if preset not in PRESETS:
         raise ValueError(f"preset must be one of {', '.join(PRESETS)}; got {preset!r}")
     if not scale > 0:
         raise ValueError(f"scale must be positive, got {scale!r}")
     vertices, edges, width, classes = PRESETS[preset]
-    vertices, edges = max(1, round(vertices * scale)), round(edges * scale)
-    rng = np.random.default_rng(seed)
-    graph = power_law_graph(vertices, edges, seed=seed)
-    features = sp.csr_matrix(rng.standard_normal((vertices, width), dtype=np.float32))
+    return max(1, round(vertices * scale)), round(edges * scale), width, classes
+
+
+def synthetic_labels(rng: np.random.Generator, vertices: int, classes: int):
+    """(labels, train, val, test) of a synthetic preset, drawn after its features from the same generator."""
     labels = rng.integers(0, classes, vertices)
     order = rng.permutation(vertices)
     train, val = order[: vertices // 10], order[vertices // 10: vertices // 5]
     test = order[vertices // 5: vertices // 5 + vertices // 5]
-    return Dataset(graph, features, labels, np.sort(train), np.sort(val), np.sort(test), classes)
+    return labels, np.sort(train), np.sort(val), np.sort(test)
 
 
 def load_edge_list(path, num_vertices: int | None = None) -> Graph:
@@ -211,21 +226,52 @@ def load_edge_list(path, num_vertices: int | None = None) -> Graph:
                 num_vertices = int(stored["num_vertices"])
             data = stored["edge_data"] if "edge_data" in stored else None
             return Graph.from_edges(stored["src"], stored["dst"], num_vertices, edge_data=data)
-    rows = []
+    blocks = list(read_edge_list_blocks(path))
+    weighted = any(block[2] is not None for block in blocks)
+    src = np.concatenate([block[0] for block in blocks])
+    dst = np.concatenate([block[1] for block in blocks])
+    weights = np.concatenate([block[2] for block in blocks]) if weighted else None
+    return Graph.from_edges(src, dst, num_vertices, edge_data=weights)
+
+
+def read_edge_list_blocks(path, block_lines: int = 1 << 16):
+    """Parses a text edge list (the format load_edge_list reads) a block of lines at a time.
+
+    Yields (src, dst, weights, line_numbers) per block: int64 ids, float32
+    weights or None, and each edge's 1-based line number (for messages that
+    point at a line). At least one block is yielded, empty for a file
+    without edges. Raises ValueError naming the file and line of a line that
+    is not `src dst` or `src dst weight`, or whose ids are not integers.
+    """
+    path = os.fspath(path)
+    width = None  # fields per line: the first edge line decides
+
+    def block(rows, numbers):
+        table = np.array(rows, dtype=np.float64).reshape(-1, width or 2)
+        weights = table[:, 2].astype(np.float32) if width == 3 else None
+        # Ids went through int(): exact in float64 below 2^53.
+        return (table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), weights,
+                np.array(numbers, dtype=np.int64))
+
+    rows, numbers = [], []
+    yielded = False
     with open(path) as lines:
         for number, line in enumerate(lines, 1):
             line = line.strip()
             if not line or line.startswith("#"):
                 continue
             fields = line.replace(",", " ").split()
-            if len(fields) not in (2, 3) or (rows and len(fields) != len(rows[0])):
+            if len(fields) not in (2, 3) or (width is not None and len(fields) != width):
                 raise ValueError(f"{path}:{number}: expected 'src dst' or 'src dst weight' on every line, "
                                  f"got {line!r}")
+            width = len(fields)
             try:
                 rows.append([int(fields[0]), int(fields[1])] + [float(f) for f in fields[2:]])
             except ValueError:
                 raise ValueError(f"{path}:{number}: vertex ids must be integers, got {line!r}") from None
-    table = np.array(rows, dtype=np.float64).reshape(-1, len(rows[0]) if rows else 2)
-    weights = table[:, 2].astype(np.float32) if table.shape[1] == 3 else None
-    return Graph.from_edges(table[:, 0].astype(np.int64), table[:, 1].astype(np.int64), num_vertices,
-                            edge_data=weights)
+            numbers.append(number)
+            if len(rows) == block_lines:
+                yield block(rows, numbers)
+                rows, numbers, yielded = [], [], True
+    if rows or not yielded:
+        yield block(rows, numbers)

@@ -40,12 +40,35 @@ class Chunk:
         return f"Chunk({self.src_part}, {self.dst_part}, num_edges={self.num_edges})"
 
 
+def chunk_from_edges(src_part: int, dst_part: int, local_src: np.ndarray, local_dst: np.ndarray, num_src: int,
+                     num_dst: int, edge_ids: np.ndarray, edge_data: np.ndarray | None) -> Chunk:
+    """The chunk of edges local_src[k] -> local_dst[k] (ids within the two intervals).
+
+    Edges with the same (src, dst) pair must come in the user's order, which
+    their CSC order then keeps; edge_ids[k] is edge k's user position and
+    edge_data[k] its data. A Partition and a store converter both build
+    their chunks here.
+    """
+    adjacency, order = Adjacency.from_coo(local_src, local_dst, num_src, num_dst)
+    edge_ids = edge_ids[order]
+    edge_data = None if edge_data is None else edge_data[order]
+    for array in (edge_ids, edge_data):
+        if array is not None:
+            array.flags.writeable = False
+    return Chunk(src_part, dst_part, adjacency, edge_ids, edge_data)
+
+
 def _equal_bounds(num_vertices: int, num_parts: int) -> np.ndarray:
     return np.array([num_vertices * i // num_parts for i in range(num_parts + 1)], dtype=np.int64)
 
 
-def _chunk_counts(part_of: np.ndarray, graph: Graph, num_parts: int) -> np.ndarray:
-    cells = part_of[graph.adjacency.src].astype(np.int64) * num_parts + part_of[graph.adjacency.dst]
+def count_chunk_edges(part_of: np.ndarray, src: np.ndarray, dst: np.ndarray, num_parts: int) -> np.ndarray:
+    """[P, P] edge counts of the chunks that `part_of` (the interval of each vertex) gives edges src -> dst.
+
+    Counts of disjoint edge sets add up, so a stream of edge blocks can be
+    counted block by block.
+    """
+    cells = part_of[src].astype(np.int64) * num_parts + part_of[dst]
     return np.bincount(cells, minlength=num_parts * num_parts).reshape(num_parts, num_parts)
 
 
@@ -55,7 +78,7 @@ def _imbalance(counts: np.ndarray) -> float:
     return float(counts.max() / mean) if mean > 0 else 1.0
 
 
-def _degree_snake_parts(graph: Graph, num_parts: int) -> np.ndarray:
+def _degree_snake_parts(degree: np.ndarray, num_parts: int) -> np.ndarray:
     """Interval of each vertex: deal vertices by falling degree to 0..P-1, P-1..0, ...
 
     Each interval then gets the same share of high-, mid- and low-degree
@@ -63,42 +86,98 @@ def _degree_snake_parts(graph: Graph, num_parts: int) -> np.ndarray:
     are close to 1/P of the edges, and so are the chunk counts unless edges
     are strongly clustered.
     """
-    degree = (graph.in_degree() + graph.out_degree()).astype(np.int64)
-    by_degree = np.argsort(-degree, kind="stable")
-    lap, step = np.divmod(np.arange(graph.num_vertices), num_parts)
-    part = np.empty(graph.num_vertices, np.int64)
+    num_vertices = len(degree)
+    by_degree = np.argsort(-degree.astype(np.int64), kind="stable")
+    lap, step = np.divmod(np.arange(num_vertices), num_parts)
+    part = np.empty(num_vertices, np.int64)
     part[by_degree] = np.where(lap % 2 == 0, step, num_parts - 1 - step)
     return part
+
+
+def candidate_intervals(degree: np.ndarray, num_parts: int, reencode: bool = True) -> list:
+    """The interval assignments a partition chooses between (each: the interval of every vertex).
+
+    degree[v] is the in- plus out-degree of vertex v. The first is the
+    identity (P equal runs of ids); with reencode, the degree snake follows.
+    """
+    num_parts = _check_num_parts(num_parts)
+    identity = np.repeat(np.arange(num_parts), np.diff(_equal_bounds(len(degree), num_parts)))
+    return [identity, _degree_snake_parts(degree, num_parts)] if reencode else [identity]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class IntervalAssignment:
+    """Which interval each vertex joins, and the new ids that follow from it."""
+
+    part_of: np.ndarray  # [V]: the interval of each original id
+    order: np.ndarray  # [V]: new id -> original id (intervals in turn, original order within each)
+    position: np.ndarray  # [V]: original id -> new id
+    bounds: np.ndarray  # [P + 1]: interval p holds new ids bounds[p] .. bounds[p+1]-1
+    edge_counts: np.ndarray  # [P, P]: edges per chunk
+    imbalance_before: float  # of the identity intervals
+    imbalance_after: float  # of the chosen ones
+
+
+def choose_intervals(candidates: list, counts: list) -> IntervalAssignment:
+    """The identity (candidates[0]) unless a later candidate balances the chunks strictly better.
+
+    counts[k] are candidate k's [P, P] chunk edge counts. Re-encoding is a
+    best effort that is never worse than not re-encoding.
+    """
+    num_parts = counts[0].shape[0]
+    before = _imbalance(counts[0])
+    best = 0
+    for k in range(1, len(candidates)):
+        if _imbalance(counts[k]) < _imbalance(counts[best]):
+            best = k
+    part_of, edge_counts = candidates[best], counts[best]
+    n = len(part_of)
+    # New ids: interval by interval, original relative order within each.
+    order = np.lexsort((np.arange(n), part_of))
+    position = np.empty(n, np.int64)
+    position[order] = np.arange(n)
+    bounds = np.concatenate([[0], np.cumsum(np.bincount(part_of, minlength=num_parts))]).astype(np.int64)
+    for array in (part_of, order, position, bounds, edge_counts):
+        array.flags.writeable = False
+    return IntervalAssignment(part_of, order, position, bounds, edge_counts, before, _imbalance(edge_counts))
+
+
+def assign_intervals(degree: np.ndarray, num_parts: int, reencode: bool, count_chunks) -> IntervalAssignment:
+    """The intervals of a graph with per-vertex degree (in + out) cut into num_parts.
+
+    count_chunks(candidates) returns the [P, P] chunk edge counts of each
+    candidate assignment: Partition counts its graph's edges in memory, a
+    converter counts a stream of edges (all candidates in one pass).
+    """
+    candidates = candidate_intervals(degree, num_parts, reencode)
+    return choose_intervals(candidates, count_chunks(candidates))
+
+
+def _check_num_parts(num_parts) -> int:
+    if int(num_parts) != num_parts or num_parts < 1:
+        raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
+    return int(num_parts)
 
 
 class Partition:
     """A graph cut into num_parts vertex intervals and num_parts^2 edge chunks."""
 
     def __init__(self, graph: Graph, num_parts: int, reencode: bool = True):
-        if int(num_parts) != num_parts or num_parts < 1:
-            raise ValueError(f"num_parts must be a positive integer, got {num_parts!r}")
-        num_parts = int(num_parts)
+        num_parts = _check_num_parts(num_parts)
         self.graph = graph
         self.num_parts = num_parts
+        src, dst = graph.adjacency.src, graph.adjacency.dst
+        assignment = assign_intervals(graph.in_degree() + graph.out_degree(), num_parts, reencode,
+                                      lambda candidates: [count_chunk_edges(part, src, dst, num_parts)
+                                                          for part in candidates])
+        part_of = assignment.part_of
+        self.order = assignment.order  # new id -> original id
+        self.position = assignment.position  # original id -> new id
+        self.bounds = assignment.bounds
+        self.edge_counts = assignment.edge_counts
+        self.imbalance_before = assignment.imbalance_before
+        self.imbalance_after = assignment.imbalance_after
         n = graph.num_vertices
-        identity_part = np.repeat(np.arange(num_parts), np.diff(_equal_bounds(n, num_parts)))
-        identity_counts = _chunk_counts(identity_part, graph, num_parts)
-        self.imbalance_before = _imbalance(identity_counts)
-        part_of, counts = identity_part, identity_counts
-        if reencode:
-            dealt = _degree_snake_parts(graph, num_parts)
-            dealt_counts = _chunk_counts(dealt, graph, num_parts)
-            if _imbalance(dealt_counts) < self.imbalance_before:  # best effort: never worse
-                part_of, counts = dealt, dealt_counts
-        # New ids: interval by interval, original relative order within each.
-        self.order = np.lexsort((np.arange(n), part_of))  # new id -> original id
-        self.position = np.empty(n, np.int64)  # original id -> new id
-        self.position[self.order] = np.arange(n)
-        self.bounds = np.concatenate([[0], np.cumsum(np.bincount(part_of, minlength=num_parts))])
-        self.edge_counts = counts
-        self.imbalance_after = _imbalance(counts)
-        for array in (self.order, self.position, self.bounds, self.edge_counts):
-            array.flags.writeable = False
         self.identity_order = bool(np.array_equal(self.order, np.arange(n)))
         self._chunks = self._build_chunks(part_of)
 
@@ -118,14 +197,8 @@ class Partition:
             row = []
             for j in range(P):
                 edges = by_cell[starts[i * P + j]:starts[i * P + j + 1]]  # stored positions
-                adjacency, order = Adjacency.from_coo(local[src[edges]], local[dst[edges]], sizes[i], sizes[j])
-                stored = edges[order]
-                edge_ids = g.edge_order[stored]
-                data = None if stored_data is None else stored_data[stored]
-                for array in (edge_ids, data):
-                    if array is not None:
-                        array.flags.writeable = False
-                row.append(Chunk(i, j, adjacency, edge_ids, data))
+                row.append(chunk_from_edges(i, j, local[src[edges]], local[dst[edges]], sizes[i], sizes[j],
+                                            g.edge_order[edges], None if stored_data is None else stored_data[edges]))
             chunks.append(row)
         return chunks
 

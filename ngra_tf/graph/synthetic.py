@@ -40,6 +40,19 @@ def power_law_graph(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     rank^(-1/(exponent-1)) (Chung-Lu), then vertex ids are shuffled so that
     degree does not follow id. Multi-edges can occur, as in real graphs.
     """
+    src, dst = next(power_law_edges(num_vertices, num_edges, exponent, seed, block_edges=max(1, num_edges)))
+    return Graph.from_edges(src, dst, num_vertices)
+
+
+def power_law_edges(num_vertices: int, num_edges: int, exponent: float = 2.2, seed: int = 0,
+                    block_edges: int = 1 << 20):
+    """Yields power_law_graph's edges in order as (src, dst) blocks of up to block_edges.
+
+    All sources are drawn before all destinations from one generator; two
+    copies of it, the second advanced past the sources' draws (one 64-bit
+    step per double), give the same numbers block by block, so a graph too
+    big to hold is streamed exactly as power_law_graph would build it.
+    """
     _check_sizes(num_vertices, num_edges)
     if exponent <= 1:
         raise ValueError(f"exponent must be > 1, got {exponent}")
@@ -48,9 +61,15 @@ def power_law_graph(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     cumulative = np.cumsum(weights)
     cumulative /= cumulative[-1] if num_vertices else 1.0
     relabel = rng.permutation(num_vertices)
+    src_draws = rng
+    dst_bits = np.random.PCG64()
+    dst_bits.state = rng.bit_generator.state
+    dst_bits.advance(num_edges)
+    dst_draws = np.random.Generator(dst_bits)
 
-    def draw():
-        return relabel[np.minimum(np.searchsorted(cumulative, rng.random(num_edges)), num_vertices - 1)]
+    def draw(generator, count):
+        return relabel[np.minimum(np.searchsorted(cumulative, generator.random(count)), num_vertices - 1)]
 
-    src, dst = draw(), draw()
-    return Graph.from_edges(src, dst, num_vertices)
+    for start in range(0, max(num_edges, 1), block_edges):  # an edgeless graph is one empty block
+        count = min(block_edges, num_edges - start)
+        yield draw(src_draws, count), draw(dst_draws, count)

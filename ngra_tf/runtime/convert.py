@@ -1,0 +1,350 @@
+"""Writing a store from a stream of edges and vertex rows, in bounded memory.
+
+The passes (each reads the edges as blocks; nothing holds all edges or all
+vertex rows):
+
+1. scan: validate ids, count vertices, edges and degrees (O(V)). A text or
+   npz input is copied to binary scratch files on the way; a preparation
+   (prepare.SymmetrizedEdges) deduplicates here, bucket by bucket.
+2. count: the [P, P] chunk edge counts of the candidate interval assignments
+   (identity and degree snake, `partition.candidate_intervals`), for one P
+   or, with a memory budget, for a few P at once until one fits
+   (`memory.smallest_num_parts`); `partition.choose_intervals` then decides
+   exactly as Partition does.
+3. bucket: every edge goes, as (local src, local dst, user edge id, data),
+   to the scratch file of its chunk.
+4. chunks: one bucket at a time is loaded, sorted by user edge id, and made
+   into the chunk by `partition.chunk_from_edges`, the function Partition
+   uses, then written.
+5. vertex rows: each vertex array is read once in row blocks; each block's
+   rows go to the end of their interval's file (an interval's rows are its
+   vertices in increasing user id, so appending keeps interval order).
+6. the vertex order, then the manifest, last.
+
+Memory: blocks of `Work.block_edges` edges and `Work.block_bytes` of rows,
+one chunk at a time, and O(V) arrays (degrees, the assignment), all derived
+from one budget (`work_for_budget`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import numpy as np
+
+from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candidate_intervals, choose_intervals,
+                                     chunk_from_edges, count_chunk_edges)
+from ngra_tf.runtime import integrity, memory, store
+from ngra_tf.runtime.prepare import PREPARATIONS, SymmetrizedEdges
+from ngra_tf.runtime.sources import EdgeSource, RowSource, Work
+
+# Without a budget (num_parts given), blocks are sized for this much memory.
+DEFAULT_BUDGET = 1 << 30
+# Working bytes per edge of a block while bucketing: the block's ids and data,
+# interval lookups, the sort by chunk and the records written.
+_BYTES_PER_STREAMED_EDGE = 128
+
+
+def work_for_budget(budget: int, scratch: str, progress=None) -> Work:
+    """Block and bucket sizes that keep a conversion's working set a fraction of `budget`."""
+    block_edges = int(np.clip(budget // 8 // _BYTES_PER_STREAMED_EDGE, 1024, 1 << 22))
+    return Work(scratch, block_edges, block_bytes=max(budget // 8, 1), bucket_bytes=max(budget // 4, 1 << 16),
+                progress=progress)
+
+
+def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, num_parts: int | None = None,
+            memory_budget=None, format: str = "npy", reencode: bool = True, prepare: str = "none",
+            overwrite: bool = False, scratch_dir=None, progress=None, source: dict | None = None) -> store.Store:
+    """Writes a store of the graph `edges` streams (prepared as asked) with vertex arrays; returns it opened.
+
+    Args:
+      directory: the store's directory: created, or empty, or replaced with overwrite.
+      edges: an EdgeSource (ngra_tf.runtime.sources).
+      vertex_rows: {name: RowSource} of per-vertex arrays in the user's order.
+      num_parts: P; or memory_budget (bytes or a size such as "256MB"), from
+        which the smallest P whose per-step working set fits is chosen
+        (memory.smallest_num_parts). Given both, P is kept and the budget
+        only sizes the conversion's blocks.
+      format: "npy" or "hdf5".
+      reencode: as Graph.partition.
+      prepare: "none", "gcn" or "symmetric" (recipes.prepare_graph's graphs).
+      scratch_dir: where temporary files go (default: inside directory).
+      progress: progress(stage, done, total) as the passes advance.
+      source: a description of the input, kept in the manifest.
+
+    On any error the output directory is removed (or emptied, if it existed).
+    """
+    module = store.backend(format)
+    vertex_rows = dict(vertex_rows or {})
+    for name, rows in vertex_rows.items():
+        store.check_vertex_name(name)
+        if not isinstance(rows, RowSource):
+            raise ValueError(f"vertex_rows[{name!r}] must be a RowSource, got {type(rows).__name__}")
+    if num_parts is None and memory_budget is None:
+        raise ValueError("give num_parts or memory_budget")
+    if num_parts is not None:
+        num_parts = _check_num_parts(num_parts)
+    budget = None if memory_budget is None else memory.parse_size(memory_budget)
+    if prepare not in PREPARATIONS:
+        raise ValueError(f"prepare must be one of {', '.join(PREPARATIONS)}; got {prepare!r}")
+    if prepare != "none":
+        edges = SymmetrizedEdges(edges, prepare)
+    if edges.num_vertices is not None:
+        _check_rows(vertex_rows, edges.num_vertices)
+    directory = os.path.abspath(os.fspath(directory))
+    created = _prepare_directory(directory, overwrite)
+    scratch = None
+    try:
+        scratch = tempfile.mkdtemp(prefix=".scratch-", dir=directory if scratch_dir is None else scratch_dir)
+        work = work_for_budget(budget or DEFAULT_BUDGET, scratch, progress)
+        manifest = _Conversion(directory, module, edges, vertex_rows, work).run(num_parts, budget, bool(reencode))
+        manifest["source"] = dict(source or {}, edges=edges.description)
+        store.validate_manifest(manifest, directory)
+        integrity.write_json_atomically(os.path.join(directory, store.MANIFEST), manifest)
+    except BaseException:
+        _remove_output(directory, created)
+        raise
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
+    return store.open_store(directory)
+
+
+def _check_rows(vertex_rows: dict, num_vertices: int) -> None:
+    for name, rows in vertex_rows.items():
+        if rows.num_rows != num_vertices:
+            raise ValueError(f"vertex array {name!r} ({rows.label}) has {rows.num_rows} rows; the graph has "
+                             f"{num_vertices} vertices")
+
+
+def _prepare_directory(directory: str, overwrite: bool) -> bool:
+    """Makes `directory` an empty directory to write into; True if it was created."""
+    if os.path.exists(directory) and not os.path.isdir(directory):
+        raise ValueError(f"output {directory} exists and is not a directory")
+    if not os.path.exists(directory):
+        os.makedirs(directory)
+        return True
+    entries = os.listdir(directory)
+    if entries and not overwrite:
+        what = ("holds a store" if store.MANIFEST in entries else
+                "is not empty and holds no store manifest (an unfinished conversion, or not a store)")
+        raise ValueError(f"output directory {directory} {what}: pass overwrite=True (--overwrite) to replace "
+                         f"its contents")
+    if store.MANIFEST in entries:  # first, so that the directory stops being a store at once
+        os.remove(os.path.join(directory, store.MANIFEST))
+    _remove_contents(directory)
+    return False
+
+
+def _remove_contents(directory: str) -> None:
+    for entry in os.listdir(directory):
+        path = os.path.join(directory, entry)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path)
+        else:
+            os.remove(path)
+
+
+def _remove_output(directory: str, created: bool) -> None:
+    try:
+        if created:
+            shutil.rmtree(directory)
+        else:
+            _remove_contents(directory)
+    except OSError:
+        pass  # the original error matters more
+
+
+class _Conversion:
+    """The passes of one conversion (see the module docstring)."""
+
+    def __init__(self, directory, module, edges: EdgeSource, vertex_rows: dict, work: Work):
+        self.directory, self.module, self.edges, self.vertex_rows, self.work = (
+            directory, module, edges, vertex_rows, work)
+        self.files = {}  # manifest entries of the files written
+        self._counts = {}  # num_parts -> chunk counts of its candidate assignments
+
+    def run(self, num_parts, budget, reencode) -> dict:
+        scan = self.edges.scan(self.work)
+        _check_rows(self.vertex_rows, scan.num_vertices)
+        self.scan, self.reencode = scan, reencode
+        row_nbytes = sum(rows.row_nbytes for rows in self.vertex_rows.values())
+        edge_row_nbytes = 0 if scan.edge_data_spec is None else (
+            scan.edge_data_spec[1].itemsize * int(np.prod(scan.edge_data_spec[0], dtype=np.int64)))
+        if num_parts is None:
+            num_parts, _ = memory.smallest_num_parts(
+                budget, scan.num_vertices, scan.num_edges, row_nbytes,
+                lambda candidates: self._step_nbytes(candidates, row_nbytes, edge_row_nbytes), edge_row_nbytes)
+        assignment = assign_intervals(scan.degree, num_parts, reencode,
+                                      lambda candidates: self._candidate_counts([num_parts])[num_parts])
+        vertex_specs = {name: (rows.row_shape, rows.dtype) for name, rows in self.vertex_rows.items()}
+        layout = store.Layout(self.module, scan.num_vertices, assignment.bounds, assignment.edge_counts,
+                              vertex_specs, scan.edge_data_spec)
+        buckets, record = self._bucket_edges(assignment)
+        self._write_chunks(layout, assignment, buckets, record)
+        self._write_vertex_rows(layout, assignment)
+        self._write(layout, [layout.order()], {"order": assignment.order})
+        spec_entry = lambda spec: {"row_shape": list(spec[0]), "dtype": np.dtype(spec[1]).str}  # noqa: E731
+        return {
+            "format": store.FORMAT, "format_version": store.FORMAT_VERSION, "backend": self.module.NAME,
+            "num_vertices": scan.num_vertices, "num_edges": scan.num_edges, "num_parts": num_parts,
+            "reencode": reencode, "bounds": assignment.bounds.tolist(),
+            "edge_counts": assignment.edge_counts.tolist(),
+            "imbalance": {"before": assignment.imbalance_before, "after": assignment.imbalance_after},
+            "index_dtype": store.chunk_index_dtype(scan.num_edges, scan.num_vertices, scan.num_vertices).str,
+            "order": layout.order().path,
+            "vertex_arrays": {name: spec_entry(spec) for name, spec in vertex_specs.items()},
+            "edge_data": None if scan.edge_data_spec is None else spec_entry(scan.edge_data_spec),
+            "files": self.files,
+        }
+
+    # ---- pass 2: chunk counts ----
+
+    def _candidate_counts(self, parts: list) -> dict:
+        """{P: [P x P counts of each candidate assignment]} for the P asked, all counted in one pass."""
+        missing = [p for p in parts if p not in self._counts]
+        if missing:
+            # The narrowest int dtype: a few P's candidates are held at once, O(V) each.
+            candidates = {p: [part.astype(np.min_scalar_type(p)) for part in
+                              candidate_intervals(self.scan.degree, p, self.reencode)] for p in missing}
+            counts = {p: [np.zeros((p, p), np.int64) for _ in candidates[p]] for p in missing}
+            done = 0
+            for block in self.edges.blocks(self.work.block_edges):
+                for p in missing:
+                    for k, part_of in enumerate(candidates[p]):
+                        counts[p][k] += count_chunk_edges(part_of, block.src, block.dst, p)
+                done += len(block.src)
+                self.work.report("count chunk edges", done, self.scan.num_edges)
+            self._counts.update(counts)
+        return {p: self._counts[p] for p in parts}
+
+    def _step_nbytes(self, parts: list, row_nbytes: int, edge_row_nbytes: int) -> list:
+        counts = self._candidate_counts(parts)
+        sizes = []
+        for p in parts:
+            chosen = choose_intervals(candidate_intervals(self.scan.degree, p, self.reencode), counts[p])
+            sizes.append(memory.partition_step_nbytes(chosen.edge_counts, chosen.bounds, row_nbytes, edge_row_nbytes))
+        return sizes
+
+    # ---- pass 3: edges to chunk buckets ----
+
+    def _bucket_edges(self, assignment):
+        num_parts = len(assignment.bounds) - 1
+        part_of = assignment.part_of
+        local = assignment.position - assignment.bounds[part_of]  # user id -> id within its interval
+        index = np.uint32 if self.scan.num_vertices < 2**32 else np.int64
+        fields = [("src", index), ("dst", index), ("id", np.int64)]
+        if self.scan.edge_data_spec is not None:
+            row_shape, dtype = self.scan.edge_data_spec
+            fields.append(("data", dtype, row_shape))
+        record = np.dtype(fields)
+        buckets = [os.path.join(self.work.scratch, f"chunk-{cell:07d}.bin") for cell in range(num_parts * num_parts)]
+        done = 0
+        for block in self.edges.blocks(self.work.block_edges):
+            cell = part_of[block.src].astype(np.int64) * num_parts + part_of[block.dst]
+            order = np.argsort(cell, kind="stable")
+            records = np.empty(len(order), record)
+            records["src"] = local[block.src[order]]
+            records["dst"] = local[block.dst[order]]
+            records["id"] = block.ids[order]
+            if block.data is not None:
+                records["data"] = block.data[order]
+            starts = np.searchsorted(cell[order], np.arange(num_parts * num_parts + 1))
+            for c in np.flatnonzero(np.diff(starts)):
+                with open(buckets[c], "ab") as stream:
+                    stream.write(records[starts[c]:starts[c + 1]].data)
+            done += len(order)
+            self.work.report("bucket edges", done, self.scan.num_edges)
+        return buckets, record
+
+    # ---- pass 4: chunks ----
+
+    def _write_chunks(self, layout, assignment, buckets, record):
+        num_parts = len(assignment.bounds) - 1
+        sizes = np.diff(assignment.bounds)
+        for i in range(num_parts):
+            for j in range(num_parts):
+                path = buckets[i * num_parts + j]
+                records = np.fromfile(path, record) if os.path.exists(path) else np.empty(0, record)
+                if len(records) != assignment.edge_counts[i, j]:
+                    raise RuntimeError(f"chunk ({i}, {j}) got {len(records)} edges, the count pass found "
+                                       f"{assignment.edge_counts[i, j]}: the edge source changed between passes")
+                records = records[np.argsort(records["id"], kind="stable")]
+                chunk = chunk_from_edges(i, j, records["src"], records["dst"], int(sizes[i]), int(sizes[j]),
+                                         records["id"], records["data"] if "data" in record.names else None)
+                del records
+                adjacency = chunk.adjacency
+                arrays = {"csc_indptr": adjacency.csc_indptr, "csc_src": adjacency.csc_src,
+                          "csr_indptr": adjacency.csr_indptr, "csr_dst": adjacency.csr_dst,
+                          "csr_edge": adjacency.csr_edge, "edge_ids": chunk.edge_ids, "edge_data": chunk.edge_data}
+                self._write(layout, layout.chunk(i, j), arrays)
+                if os.path.exists(path):
+                    os.remove(path)
+                self.work.report("write chunks", i * num_parts + j + 1, num_parts * num_parts)
+
+    # ---- pass 5: vertex rows ----
+
+    def _write_vertex_rows(self, layout, assignment):
+        num_parts = len(assignment.bounds) - 1
+        files = layout.files()
+        pending = {path: set(keys) for path, keys in files.items()}
+        writers = {}
+        for name, rows in self.vertex_rows.items():
+            locations = [layout.vertex(name, part) for part in range(num_parts)]
+            for location in locations:
+                if location.path not in writers:
+                    final = self._final_path(location.path)
+                    specs = {key: (loc.shape, loc.dtype) for key, loc in files[location.path].items()}
+                    writers[location.path] = (self.module.RowWriter(integrity.temporary_path(final), specs), final)
+            block_rows = max(1, self.work.block_bytes // max(rows.row_nbytes, 1))
+            start = 0
+            for block in rows.blocks(block_rows):
+                block = np.asarray(block)
+                if block.shape[1:] != rows.row_shape or block.dtype != rows.dtype:
+                    raise ValueError(f"{rows.label}: rows {start}.. are {block.dtype}{list(block.shape[1:])}, "
+                                     f"expected {rows.dtype}{list(rows.row_shape)}")
+                parts = assignment.part_of[start:start + len(block)]
+                order = np.argsort(parts, kind="stable")
+                starts = np.searchsorted(parts[order], np.arange(num_parts + 1))
+                for part in np.flatnonzero(np.diff(starts)):
+                    writers[locations[part].path][0].append(locations[part].key,
+                                                            block[order[starts[part]:starts[part + 1]]])
+                start += len(block)
+                self.work.report(f"write {name}", start, rows.num_rows)
+            if start != rows.num_rows:
+                raise ValueError(f"{rows.label} gave {start} rows, expected {rows.num_rows}")
+            for location in locations:
+                pending[location.path].discard(location.key)
+                if not pending[location.path] and location.path in writers:
+                    writer, final = writers.pop(location.path)
+                    writer.close()
+                    self._commit(final, location.path, files[location.path])
+
+    # ---- files ----
+
+    def _final_path(self, relative: str) -> str:
+        final = os.path.join(self.directory, relative)
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        return final
+
+    def _commit(self, final: str, relative: str, locations: dict) -> None:
+        entry = integrity.commit(integrity.temporary_path(final), final)
+        entry["arrays"] = {key: store.array_entry(loc.shape, loc.dtype) for key, loc in locations.items()}
+        self.files[relative] = entry
+
+    def _write(self, layout, locations: list, arrays: dict) -> None:
+        """Writes the arrays at `locations` (grouped into their files), each file atomically."""
+        by_file = {}
+        for location in locations:
+            by_file.setdefault(location.path, {})[location.key] = location
+        for relative, keyed in by_file.items():
+            final = self._final_path(relative)
+            for key, location in keyed.items():
+                array = arrays[key]
+                if tuple(array.shape) != tuple(location.shape) or array.dtype != location.dtype:
+                    raise RuntimeError(f"{relative}: {key} is {array.dtype}{list(array.shape)}, the layout says "
+                                       f"{location.dtype}{list(location.shape)}")
+            self.module.write_arrays(integrity.temporary_path(final), {key: arrays[key] for key in keyed})
+            self._commit(final, relative, keyed)

@@ -1,0 +1,492 @@
+"""Chunk stores: a partitioned graph on disk, read a chunk or an interval at a time.
+
+A store of graph G at P holds exactly `G.partition(P, reencode)`: the
+interval bounds, the re-encoding (`order`: new id -> user id), and for every
+chunk C[i][j] its Adjacency arrays, user edge ids and edge data, plus vertex
+arrays (features, labels, masks, ...) in interval order, one file per
+interval, so that an interval's rows are one contiguous read.
+
+    store = open_store("reddit.store")          # reads the manifest and the order, nothing else
+    chunk = store.chunk(1, 2)                   # a Chunk, read from disk (checksum-verified)
+    x = store.vertex_rows("features", 1)        # interval 1's feature rows
+    t = store.vertex_rows_op("features", 1)     # the same as a TF op that reads when it runs
+
+Layout: `manifest.json` (written last: a directory without it is an
+unfinished conversion and does not open) and the files of a backend,
+`store_npy` or `store_hdf5`. The manifest lists every file with its size,
+crc32 and the shape and dtype of each array in it; a file is checked against
+it the first time a process reads it, and `verify()` checks them all. Stores
+are written by `write_store` (an in-memory Graph) or
+`ngra_tf.runtime.convert` (a stream of edges, in bounded memory).
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+
+import numpy as np
+import tensorflow as tf
+
+from ngra_tf.graph.adjacency import Adjacency
+from ngra_tf.graph.graph import _cached_tensor
+from ngra_tf.graph.partition import Chunk
+from ngra_tf.runtime import integrity, memory, store_hdf5, store_npy
+
+FORMAT = "ngra-tf-store"
+FORMAT_VERSION = 1
+MANIFEST = "manifest.json"
+BACKENDS = {store_npy.NAME: store_npy, store_hdf5.NAME: store_hdf5}
+INDEX_ARRAYS = ("csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge")
+CHUNK_ARRAYS = INDEX_ARRAYS + ("edge_ids", "edge_data")
+_OP_ARRAYS = INDEX_ARRAYS + ("edge_data",)
+_VERTEX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+_HEADER_KEYS = ("backend", "num_vertices", "num_edges", "num_parts", "reencode", "bounds", "edge_counts",
+                "order", "vertex_arrays", "edge_data", "files")
+
+# One array of a store: which file, which key in it, its shape and dtype, and what it is (for messages).
+Location = collections.namedtuple("Location", ["path", "key", "shape", "dtype", "what"])
+
+
+def check_vertex_name(name) -> str:
+    if not isinstance(name, str) or not _VERTEX_NAME.match(name):
+        raise ValueError(f"a vertex array name must be letters, digits, '_', '.' or '-' and start with a "
+                         f"letter or '_' (it names files); got {name!r}")
+    return name
+
+
+def backend(name: str):
+    if name not in BACKENDS:
+        raise ValueError(f"format must be one of {', '.join(BACKENDS)}; got {name!r}")
+    return BACKENDS[name]
+
+
+def chunk_index_dtype(num_edges: int, num_src: int, num_dst: int) -> np.dtype:
+    """The index dtype Adjacency.from_coo gives a chunk of this size."""
+    return np.dtype(np.int64 if memory.index_itemsize(num_edges, num_src, num_dst) == 8 else np.int32)
+
+
+class Layout:
+    """Where every array of a store lives, and the shape and dtype it must have.
+
+    Follows from the manifest's header (P, bounds, edge counts, the vertex
+    and edge data specs) and the backend's file naming; the manifest's file
+    list must agree with it.
+    """
+
+    def __init__(self, backend_module, num_vertices, bounds, edge_counts, vertex_arrays: dict, edge_data):
+        self.backend = backend_module
+        self.num_vertices = int(num_vertices)
+        self.sizes = np.diff(np.asarray(bounds, np.int64))
+        self.edge_counts = np.asarray(edge_counts, np.int64)
+        self.vertex_arrays = {name: (tuple(row_shape), np.dtype(dtype)) for name, (row_shape, dtype)
+                              in vertex_arrays.items()}
+        self.edge_data = None if edge_data is None else (tuple(edge_data[0]), np.dtype(edge_data[1]))
+
+    @property
+    def num_parts(self) -> int:
+        return len(self.sizes)
+
+    def order(self) -> Location:
+        return Location(self.backend.ORDER_FILE, "order", (self.num_vertices,), np.dtype(np.int64), "the vertex order")
+
+    def vertex(self, name: str, part: int) -> Location:
+        row_shape, dtype = self.vertex_arrays[name]
+        path = self.backend.VERTEX_FILE.format(name=name, part=part)
+        return Location(path, name, (int(self.sizes[part]),) + row_shape, dtype,
+                        f"interval {part} of vertex array {name!r}")
+
+    def chunk(self, src_part: int, dst_part: int, names=CHUNK_ARRAYS) -> list:
+        """The Locations of chunk (src_part, dst_part)'s arrays among `names` (edge_data only if the graph has it)."""
+        edges = int(self.edge_counts[src_part, dst_part])
+        num_src, num_dst = int(self.sizes[src_part]), int(self.sizes[dst_part])
+        index = chunk_index_dtype(edges, num_src, num_dst)
+        specs = {"csc_indptr": ((num_dst + 1,), index), "csc_src": ((edges,), index),
+                 "csr_indptr": ((num_src + 1,), index), "csr_dst": ((edges,), index),
+                 "csr_edge": ((edges,), index), "edge_ids": ((edges,), np.dtype(np.int64))}
+        if self.edge_data is not None:
+            specs["edge_data"] = ((edges,) + self.edge_data[0], self.edge_data[1])
+        locations = []
+        for name in names:
+            if name not in CHUNK_ARRAYS:
+                raise ValueError(f"a chunk's arrays are {', '.join(CHUNK_ARRAYS)}; got {name!r}")
+            if name in specs:
+                path = self.backend.CHUNK_FILE.format(src_part=src_part, dst_part=dst_part, array=name)
+                shape, dtype = specs[name]
+                locations.append(Location(path, name, shape, dtype, f"chunk ({src_part}, {dst_part})"))
+        return locations
+
+    def all(self) -> list:
+        found = [self.order()]
+        found += [self.vertex(name, part) for name in self.vertex_arrays for part in range(self.num_parts)]
+        found += [location for i in range(self.num_parts) for j in range(self.num_parts)
+                  for location in self.chunk(i, j)]
+        return found
+
+    def files(self) -> dict:
+        """{path: {key: Location}} of every file."""
+        files = {}
+        for location in self.all():
+            files.setdefault(location.path, {})[location.key] = location
+        return files
+
+    def descriptions(self) -> dict:
+        """{path: what the file holds} for messages (an HDF5 interval file holds every vertex array)."""
+        described = {}
+        for path, keyed in self.files().items():
+            whats = sorted({location.what for location in keyed.values()})
+            described[path] = whats[0] if len(whats) == 1 else (
+                f"{whats[0].split(' of ')[0]} of vertex arrays {', '.join(map(repr, keyed))}")
+        return described
+
+
+def array_entry(shape, dtype) -> dict:
+    return {"shape": [int(s) for s in shape], "dtype": np.dtype(dtype).str}
+
+
+def _spec(entry) -> tuple:
+    """(row_shape, dtype) of a manifest vertex/edge data spec."""
+    return tuple(int(s) for s in entry["row_shape"]), np.dtype(entry["dtype"])
+
+
+class Store:
+    """A graph partitioned into num_parts intervals and chunks, on disk. Open with open_store."""
+
+    def __init__(self, path, manifest: dict):
+        self.path = os.path.abspath(os.fspath(path))
+        self.manifest = manifest
+        self.format = manifest["backend"]
+        self._backend = backend(self.format)
+        self.num_vertices = int(manifest["num_vertices"])
+        self.num_edges = int(manifest["num_edges"])
+        self.num_parts = int(manifest["num_parts"])
+        self.reencode = bool(manifest["reencode"])
+        self.bounds = np.asarray(manifest["bounds"], np.int64)
+        self.edge_counts = np.asarray(manifest["edge_counts"], np.int64).reshape(self.num_parts, self.num_parts)
+        self._vertex_specs = {name: _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
+        self.edge_data_spec = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
+        self._layout = Layout(self._backend, self.num_vertices, self.bounds, self.edge_counts,
+                              self._vertex_specs, self.edge_data_spec)
+        self._what = self._layout.descriptions()
+        self._entry_keys = {path: json.dumps(entry, sort_keys=True) for path, entry in manifest["files"].items()}
+        order = self._read(self._layout.order())
+        if order.size and (order.min() < 0 or order.max() >= self.num_vertices
+                           or np.bincount(order, minlength=self.num_vertices).max() != 1):
+            raise ValueError(f"store {self.path}: {self._layout.order().path} is not a permutation of the "
+                             f"{self.num_vertices} vertex ids")
+        self.order = order
+        position = np.empty(self.num_vertices, np.int64)
+        position[order] = np.arange(self.num_vertices)
+        self.position = position
+        for array in (self.bounds, self.edge_counts, self.position):
+            array.flags.writeable = False
+
+    # ---- description ----
+
+    @property
+    def vertex_names(self) -> tuple:
+        return tuple(self._vertex_specs)
+
+    def vertex_spec(self, name: str) -> tuple:
+        """(shape of one row, numpy dtype) of vertex array `name`."""
+        self._check_name(name)
+        return self._vertex_specs[name]
+
+    def chunk_nbytes(self, src_part: int, dst_part: int) -> int:
+        """Bytes of chunk (src_part, dst_part)'s arrays in memory (index arrays, edge ids, edge data)."""
+        self._check_parts(src_part, dst_part)
+        return sum(_nbytes(location) for location in self._layout.chunk(src_part, dst_part))
+
+    def vertex_nbytes(self, name: str, part: int) -> int:
+        """Bytes of interval `part`'s rows of vertex array `name` in memory."""
+        self._check_name(name)
+        self._check_parts(part)
+        return _nbytes(self._layout.vertex(name, part))
+
+    def partition(self) -> "StorePartition":
+        """A Partition-like view whose chunks are read from disk when asked for."""
+        view = self.__dict__.get("_partition")
+        if view is None:
+            view = self._partition = StorePartition(self)
+        return view
+
+    # ---- NumPy readers ----
+
+    def vertex_rows(self, name: str, part: int, start: int = 0, stop: int | None = None) -> np.ndarray:
+        """Rows start..stop (default: all) of interval `part` of vertex array `name`, in interval order."""
+        location, rows = self._vertex_rows(name, part, start, stop)
+        return self._read(location, rows)
+
+    def chunk(self, src_part: int, dst_part: int) -> Chunk:
+        """Chunk (src_part, dst_part), read from disk (not cached): equal to the partition's."""
+        arrays = self.chunk_arrays(src_part, dst_part)
+        adjacency = Adjacency(self.bounds[src_part + 1] - self.bounds[src_part],
+                              self.bounds[dst_part + 1] - self.bounds[dst_part],
+                              *(arrays[name] for name in INDEX_ARRAYS))
+        return Chunk(src_part, dst_part, adjacency, arrays["edge_ids"], arrays.get("edge_data"))
+
+    def chunk_arrays(self, src_part: int, dst_part: int, names=CHUNK_ARRAYS) -> dict:
+        """{name: array} of chunk (src_part, dst_part) (edge_data only if the graph has edge data)."""
+        self._check_parts(src_part, dst_part)
+        return {location.key: self._read(location) for location in self._layout.chunk(src_part, dst_part, names)}
+
+    # ---- TF op readers ----
+
+    def vertex_rows_op(self, name: str, part: int, start: int = 0, stop: int | None = None):
+        """vertex_rows as a TF op (static shape set) that reads from disk each time it runs.
+
+        Usable inside tf.function. A damaged file fails the op when it runs
+        with InvalidArgumentError naming the file and interval (eagerly, the
+        reader's ValueError comes through as it is).
+        """
+        location, rows = self._vertex_rows(name, part, start, stop)
+        with tf.name_scope(f"store_read_interval_{part}_{name}"):
+            (tensor,) = self._read_ops([location], rows).values()
+        return tensor
+
+    def chunk_arrays_op(self, src_part: int, dst_part: int, names=_OP_ARRAYS) -> dict:
+        """{name: tensor} of chunk (src_part, dst_part)'s arrays, as TF ops that read from disk when they run.
+
+        By default csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge and
+        (if the graph has it) edge_data; `names` may add edge_ids.
+        """
+        self._check_parts(src_part, dst_part)
+        with tf.name_scope(f"store_read_chunk_{src_part}_{dst_part}"):
+            return self._read_ops(self._layout.chunk(src_part, dst_part, names))
+
+    # ---- integrity ----
+
+    def verify(self) -> None:
+        """Checks every file against the manifest (size, crc32, array shapes and dtypes), cached or not."""
+        for path in self.manifest["files"]:
+            self._verify(path, force=True)
+
+    def _verify(self, path: str, force: bool = False) -> bytes:
+        """Checks file `path` against the manifest unless this process did; returns a key of its version."""
+        entry = self.manifest["files"][path]
+        full = os.path.join(self.path, path)
+        where = f"store {self.path}: file {path} ({self._what[path]})"
+        try:
+            identity = integrity.file_identity(full)
+        except FileNotFoundError:
+            raise ValueError(f"{where} is missing") from None
+        key = (identity, self._entry_keys[path])
+        version = f"{full}@{':'.join(map(str, identity))}".encode()
+        if not force and key in integrity.VERIFIED:
+            return version
+        if identity[2] != entry["bytes"]:
+            raise ValueError(f"{where} has {identity[2]} bytes, the manifest says {entry['bytes']}: "
+                             f"the file is truncated or was replaced")
+        crc = integrity.crc32_file(full)
+        if crc != entry["crc32"]:
+            raise ValueError(f"{where} fails its checksum (crc32 {crc:#010x}, the manifest says "
+                             f"{entry['crc32']:#010x}): the file is corrupted")
+        arrays = entry["arrays"]
+        try:
+            found = self._backend.describe(full, list(arrays))
+        except (OSError, ValueError) as error:
+            raise ValueError(f"{where} cannot be read: {error}") from None
+        for name, expected in arrays.items():
+            shape, dtype = tuple(expected["shape"]), np.dtype(expected["dtype"])
+            stored = getattr(self._backend, "stored_dtype", np.dtype)(dtype)
+            if found.get(name) is None:
+                raise ValueError(f"{where} holds no array {name!r}")
+            if tuple(found[name][0]) != shape or np.dtype(found[name][1]) != stored:
+                raise ValueError(f"{where} holds {name!r} as {found[name][1]}{list(found[name][0])}, the "
+                                 f"manifest says {stored}{list(shape)}")
+        integrity.VERIFIED.add(key)
+        return version
+
+    # ---- internals ----
+
+    def _read(self, location: Location, rows=None) -> np.ndarray:
+        self._verify(location.path)
+        return self._backend.read(os.path.join(self.path, location.path), location.key, location.dtype, rows)
+
+    def _read_ops(self, locations: list, rows=None) -> dict:
+        """TF ops reading the arrays at locations (all rows, or rows=(start, stop) of each) when they run."""
+        if self._backend is store_npy:
+            def read():
+                arrays = [self._read(location, rows) for location in locations]
+                for array in arrays:  # fresh buffers: TF copies a read-only array once more
+                    array.flags.writeable = True
+                return arrays
+
+            tensors = tf.numpy_function(read, [], [tf.as_dtype(location.dtype) for location in locations],
+                                        stateful=True, name="read_npy")
+            if not isinstance(tensors, (list, tuple)):  # one output comes back bare
+                tensors = [tensors]
+            for tensor, location in zip(tensors, locations):
+                tensor.set_shape(_rows_shape(location.shape, rows))
+            return {location.key: tensor for location, tensor in zip(locations, tensors)}
+
+        tensors = {}
+        for path in sorted({location.path for location in locations}):
+            # Verifies the file when the ops run (once per process) and names its version for tfio.
+            version = tf.numpy_function(lambda path=path: self._verify(path), [], tf.string, stateful=True,
+                                        name="verify_file")
+            here = [location for location in locations if location.path == path]
+            tensors.update(self._backend.read_ops(os.path.join(self.path, path), version,
+                                                  {location.key: (location.shape, location.dtype)
+                                                   for location in here}, rows))
+        return {location.key: tensors[location.key] for location in locations}
+
+    def _vertex_rows(self, name, part, start, stop):
+        self._check_name(name)
+        self._check_parts(part)
+        location = self._layout.vertex(name, part)
+        count = location.shape[0]
+        stop = count if stop is None else stop
+        if not 0 <= start <= stop <= count:
+            raise ValueError(f"rows {start}..{stop} are outside interval {part}'s {count} rows")
+        return location, (None if (start, stop) == (0, count) else (int(start), int(stop)))
+
+    def _check_name(self, name):
+        if name not in self._vertex_specs:
+            raise ValueError(f"store {self.path} has no vertex array {name!r}; it has "
+                             f"{', '.join(map(repr, self._vertex_specs)) or 'none'}")
+
+    def _check_parts(self, *parts):
+        for part in parts:
+            if isinstance(part, bool) or int(part) != part or not 0 <= part < self.num_parts:
+                raise ValueError(f"interval {part!r} is out of range for a store of {self.num_parts} intervals")
+
+    def __repr__(self):
+        return (f"Store({self.path!r}, format={self.format}, num_vertices={self.num_vertices}, "
+                f"num_edges={self.num_edges}, num_parts={self.num_parts})")
+
+
+def _nbytes(location: Location) -> int:
+    return int(np.prod(location.shape, dtype=np.int64)) * location.dtype.itemsize
+
+
+def _rows_shape(shape, rows):
+    return tuple(shape) if rows is None else (rows[1] - rows[0],) + tuple(shape[1:])
+
+
+class StorePartition:
+    """The Partition interface over a store: intervals in memory, chunks read from disk on each call."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.num_parts = store.num_parts
+        self.bounds, self.order, self.position = store.bounds, store.order, store.position
+        self.edge_counts = store.edge_counts
+        self.identity_order = bool(np.array_equal(self.order, np.arange(store.num_vertices)))
+
+    def vertices(self, part: int) -> np.ndarray:
+        """The original ids of interval `part`, in local-id order."""
+        return self.order[self.bounds[part]:self.bounds[part + 1]]
+
+    def chunk(self, src_part: int, dst_part: int) -> Chunk:
+        return self.store.chunk(src_part, dst_part)
+
+    def order_tensor(self):
+        """order as a cached int tensor: gathers user-ordered rows into interval order."""
+        return _cached_tensor(self, "_order", self.order)
+
+    def position_tensor(self):
+        """position as a cached int tensor: gathers interval-ordered rows back into user order."""
+        return _cached_tensor(self, "_position", self.position)
+
+    def balance(self) -> dict:
+        imbalance = self.store.manifest["imbalance"]
+        return {"before": imbalance["before"], "after": imbalance["after"]}
+
+    def __repr__(self):
+        return f"StorePartition(num_parts={self.num_parts}, store={self.store.path!r})"
+
+
+def open_store(path) -> Store:
+    """Opens the store in directory `path`: validates its manifest and reads the vertex order.
+
+    Cheap: no chunk or vertex array is read. Raises ValueError naming the
+    problem: no directory, an unfinished conversion (no manifest), a
+    manifest that is not this format or version, or that disagrees with
+    itself.
+    """
+    path = os.path.abspath(os.fspath(path))
+    if not os.path.isdir(path):
+        raise ValueError(f"no store at {path}: not a directory")
+    manifest_path = os.path.join(path, MANIFEST)
+    if not os.path.exists(manifest_path):
+        raise ValueError(f"incomplete store: no manifest ({MANIFEST}) in {path}; a conversion into it did not "
+                         f"finish (or it is not a store): convert again with overwrite")
+    try:
+        with open(manifest_path) as stream:
+            manifest = json.load(stream)
+    except (OSError, ValueError) as error:
+        raise ValueError(f"store {path}: cannot read {MANIFEST}: {error}") from None
+    validate_manifest(manifest, path)
+    return Store(path, manifest)
+
+
+def validate_manifest(manifest, path) -> None:
+    """Raises ValueError unless the manifest is this format and version and agrees with itself."""
+    where = f"store {path}: {MANIFEST}"
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        raise ValueError(f"{where} is not an ngra-tf store manifest (format is not {FORMAT!r})")
+    version = manifest.get("format_version")
+    if version != FORMAT_VERSION:
+        raise ValueError(f"{where} has format version {version!r}; this ngra_tf reads version {FORMAT_VERSION}")
+    missing = [key for key in _HEADER_KEYS if key not in manifest]
+    if missing:
+        raise ValueError(f"{where} lacks {', '.join(missing)}")
+    try:
+        module = backend(manifest["backend"])
+        num_parts, num_vertices = int(manifest["num_parts"]), int(manifest["num_vertices"])
+        bounds = np.asarray(manifest["bounds"], np.int64)
+        counts = np.asarray(manifest["edge_counts"], np.int64)
+        vertex_arrays = {check_vertex_name(name): _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
+        edge_data = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
+    except (TypeError, ValueError, KeyError) as error:
+        raise ValueError(f"{where} is malformed: {error}") from None
+    if (num_parts < 1 or bounds.shape != (num_parts + 1,) or bounds[0] != 0 or bounds[-1] != num_vertices
+            or np.any(np.diff(bounds) < 0)):
+        raise ValueError(f"{where}: bounds {bounds.tolist()} do not cut {num_vertices} vertices into "
+                         f"{num_parts} intervals")
+    if counts.shape != (num_parts, num_parts) or np.any(counts < 0) or counts.sum() != manifest["num_edges"]:
+        raise ValueError(f"{where}: edge_counts must be {num_parts} x {num_parts} non-negative counts summing to "
+                         f"num_edges={manifest['num_edges']}")
+    layout = Layout(module, num_vertices, bounds, counts, vertex_arrays, edge_data)
+    if manifest["order"] != layout.order().path:
+        raise ValueError(f"{where}: the order file is {manifest['order']!r}, expected {layout.order().path!r}")
+    files = manifest["files"]
+    expected = layout.files()
+    described = layout.descriptions()
+    for name in sorted(set(expected) - set(files)):
+        raise ValueError(f"{where} does not list {name} ({described[name]})")
+    for name in sorted(set(files) - set(expected)):
+        raise ValueError(f"{where} lists {name}, which this store's layout has no place for")
+    for name, arrays in expected.items():
+        entry = files[name]
+        what = described[name]
+        if not isinstance(entry, dict) or not {"bytes", "crc32", "arrays"} <= set(entry):
+            raise ValueError(f"{where}: the entry of {name} ({what}) needs bytes, crc32 and arrays")
+        if set(entry["arrays"]) != set(arrays):
+            raise ValueError(f"{where}: {name} ({what}) lists arrays {sorted(entry['arrays'])}, expected "
+                             f"{sorted(arrays)}")
+        for key, location in arrays.items():
+            if entry["arrays"][key] != array_entry(location.shape, location.dtype):
+                raise ValueError(f"{where}: {name} ({what}) lists {key!r} as {entry['arrays'][key]}, but the "
+                                 f"store's header implies {array_entry(location.shape, location.dtype)}")
+
+
+def write_store(directory, graph, num_parts: int, vertex_data: dict | None = None, format: str = "npy",
+                reencode: bool = True, progress=None, overwrite: bool = False) -> Store:
+    """Writes graph.partition(num_parts, reencode) and per-vertex arrays as a store; returns it opened.
+
+    vertex_data maps names to arrays with one row per vertex in the user's
+    order ([V, ...]: features, labels, boolean masks); they are stored in
+    interval order. format is "npy" or "hdf5". progress(stage, done, total)
+    is called as the conversion advances. A directory that is not empty is
+    refused unless overwrite=True (its contents are then replaced).
+    """
+    from ngra_tf.runtime import convert, sources  # noqa: PLC0415  (convert builds on this module)
+
+    rows = {name: sources.ArrayRows(name, array) for name, array in (vertex_data or {}).items()}
+    return convert.convert(directory, sources.GraphEdges(graph), rows, num_parts=num_parts, format=format,
+                           reencode=reencode, progress=progress, overwrite=overwrite,
+                           source={"kind": "in-memory Graph", "graph": repr(graph)})
