@@ -2,8 +2,8 @@
 
     vertex stage      hoisted S/D/V sub-graphs on all vertex rows (the user's order)
     split             each tensor the chunks read, cut into the P vertex intervals
-    edge steps        per chunk C[i][j]: fused_gather, or scatter -> edge ops -> gather;
-                      the partial result joins the accumulator A[j] of its column
+    edge steps        per chunk C[i][j]: fused_gather, or scatter -> edge ops -> gather,
+                      reducing in place into the accumulator A[j] of its column
     vertex steps      ApplyVertex(A[j]) for interval j
     merge             intervals back to the user's vertex order
 
@@ -14,13 +14,15 @@ A *schedule* orders the steps (NGra §6.2):
     dest-order  row by row: for each i, C[i][j] into every A[j]; then every ApplyVertex
 
 Each step waits for the previous one (control dependencies), so the order is
-the one the graph executes. Every schedule adds a column's partials in the
+the one the graph executes. Every schedule reduces a column's chunks in the
 same order (i = 0, 1, ...), so they give bitwise the same result; the
 backward pass differentiates each chunk's kernel over its CSR, row by row.
 P = 1 is the same code with one chunk.
 """
 
 from __future__ import annotations
+
+import functools
 
 import numpy as np
 import tensorflow as tf
@@ -46,50 +48,65 @@ def schedule_steps(schedule: str, num_parts: int):
 
 
 class ColumnAccumulator:
-    """A[j] for one reducer: partials of column j's chunks, combined in source order.
+    """A[j] for one reducer: column j's chunks reduce into it in place, in source order.
 
-    A column whose in-edges all lie in one chunk is reduced by the kernel
-    itself; otherwise chunks reduce with sum (sum and mean) or their own
-    max/min, and the column combines them: mean divides by the whole in-degree,
-    max/min skip chunks where a vertex has no in-edge (the kernel writes 0 there).
+    Each chunk's kernel takes the column's value so far as its initial
+    accumulator (`init`) and returns the new value, so a column makes no
+    per-chunk partial tensors and no adds, and a kernel may reduce straight
+    into A[j]'s buffer: A = op(C0); A = op(C1, init=A); ... A column whose
+    in-edges all lie in one chunk is reduced by the kernel with the layer's own
+    reducer. Otherwise sum and mean chain with sum, and mean divides by the
+    whole in-degree at the end; max and min chain with their own reducer.
+    The first chunk of a max/min chain starts from -inf (+inf for min) on the
+    rows it has no in-edge to but a later chunk has (and 0 on rows with no
+    in-edge at all), so that no value it did not see competes; when it has an
+    in-edge to every row that any chunk has, it needs no start at all (its
+    empty rows are the column's, and get the kernel's 0). The last chunk's
+    result is then the column's. Every schedule runs a column's chunks in
+    source order, so all give the same bits.
     """
 
-    def __init__(self, reduce, chunks):
+    def __init__(self, reduce, chunks, feature_shape, dtype):
         self.reduce = reduce
         self.chunks = [c for c in chunks if c.num_edges]
         self.single = len(self.chunks) <= 1
+        self.feature_shape, self.dtype = list(feature_shape), tf.as_dtype(dtype)
         self.value = None
+        self._reduced = 0
 
     @property
     def chunk_reduce(self):
         return self.reduce if self.single or self.reduce in ("max", "min") else "sum"
 
-    def add(self, chunk, partial):
-        if self.single:
-            self.value = partial
-            return
-        if self.reduce in ("max", "min"):
-            # Rows the chunk sends nothing to must lose: add -inf (+inf for
-            # min) there. A broadcast add is much cheaper than a broadcast select.
-            fill = np.inf if self.reduce == "min" else -np.inf
-            loses = np.where(chunk.adjacency.in_degree() > 0, 0, fill).astype(partial.dtype.as_numpy_dtype)
-            partial = partial + _column(loses, partial)
-            combine = tf.minimum if self.reduce == "min" else tf.maximum
-            self.value = partial if self.value is None else combine(self.value, partial)
-        else:
-            self.value = partial if self.value is None else self.value + partial
+    def reduce_chunk(self, chunk, kernel):
+        """kernel(reduce, init) reduces `chunk` (the column's next in source order) into init; returns A[j]."""
+        expected = self.chunks[self._reduced] if self._reduced < len(self.chunks) else None
+        if chunk is not expected:
+            raise RuntimeError(f"{chunk} reduced out of order: the column's next chunk is {expected}")
+        init = self.value if self.value is not None else self._start()
+        self.value = kernel(self.chunk_reduce, init)
+        self._reduced += 1
+        return self.value
+
+    def _start(self):
+        """The first chunk's init: None, or the max/min start on the rows it does not see."""
+        if self.single or self.reduce not in ("max", "min"):
+            return None
+        degree = sum(c.adjacency.in_degree() for c in self.chunks)
+        if np.all((self.chunks[0].adjacency.in_degree() > 0) == (degree > 0)):
+            return None
+        fill = np.inf if self.reduce == "min" else -np.inf
+        start = np.where(degree > 0, fill, 0).astype(self.dtype.as_numpy_dtype)
+        rows = tf.constant(start.reshape([-1] + [1] * len(self.feature_shape)))
+        return tf.broadcast_to(rows, [len(start)] + self.feature_shape)
 
     def result(self, num_rows, feature_shape, dtype):
         if self.value is None:
             return tf.zeros([num_rows] + list(feature_shape), dtype)
-        if self.single:
+        if self.single or self.reduce != "mean":
             return self.value
         degree = sum(c.adjacency.in_degree() for c in self.chunks)
-        if self.reduce == "mean":
-            return self.value / _column(np.maximum(degree, 1).astype(self.value.dtype.as_numpy_dtype), self.value)
-        if self.reduce in ("max", "min"):
-            return tf.where(_column(degree > 0, self.value), self.value, tf.zeros_like(self.value))
-        return self.value
+        return self.value / _column(np.maximum(degree, 1).astype(self.value.dtype.as_numpy_dtype), self.value)
 
 
 def _column(values: np.ndarray, like):
@@ -162,7 +179,8 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
 
     intervals = Intervals(partition)
     feature_shape, dtype = program.accum_spec()
-    accumulators = {j: [ColumnAccumulator(r, [partition.chunk(i, j) for i in range(P)]) for r in program.reduces]
+    accumulators = {j: [ColumnAccumulator(r, [partition.chunk(i, j) for i in range(P)], feature_shape, dtype)
+                        for r in program.reduces]
                     for j in range(P)}
     column_memos = {}
     outputs, last = {}, []
@@ -216,16 +234,15 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
             x_src = intervals.block("fused_src", src_operand, i)
             with tf.name_scope("FusedGather"):
                 for acc in accumulators[j]:
-                    results.append(propagation.fused_gather(chunk, x_src, x_dst, operand, fused.program,
-                                                            acc.chunk_reduce))
+                    results.append(acc.reduce_chunk(chunk, functools.partial(
+                        propagation.fused_gather, chunk, x_src, x_dst, operand, fused.program)))
         else:
             memo = column(j)[i] if edge.markers else chunk_memo(i, j)
             with tf.name_scope("ApplyEdge"):
                 messages = edge_replay.evaluate([edge.output], memo=memo)[0]
             with tf.name_scope("Gather"):
-                results = [propagation.gather(chunk, messages, acc.chunk_reduce) for acc in accumulators[j]]
-        for acc, partial in zip(accumulators[j], results):
-            acc.add(chunk, partial)
+                results = [acc.reduce_chunk(chunk, functools.partial(propagation.gather, chunk, messages))
+                           for acc in accumulators[j]]
         return results[-1]
 
     def vertex_step(j):
@@ -259,15 +276,17 @@ def _column_softmax(partition, j, scores: dict):
         (i, chunk), = chunks.items()
         return {i: edge_softmax(chunk, scores[i])}
     with tf.name_scope("EdgeSoftmax"):
-        peak = ColumnAccumulator("max", chunks.values())
-        for i, chunk in chunks.items():
-            peak.add(chunk, propagation.gather(chunk, scores[i], reduce="max"))
         rows = int(partition.bounds[j + 1] - partition.bounds[j])
         any_scores = next(iter(scores.values()))
-        peak = tf.stop_gradient(peak.result(rows, any_scores.shape[1:], any_scores.dtype))
+        shape, dtype = any_scores.shape[1:], any_scores.dtype
+
+        def column_reduce(reduce, values):
+            acc = ColumnAccumulator(reduce, chunks.values(), shape, dtype)
+            for i, chunk in chunks.items():
+                acc.reduce_chunk(chunk, functools.partial(propagation.gather, chunk, values[i]))
+            return acc.result(rows, shape, dtype)
+
+        peak = tf.stop_gradient(column_reduce("max", scores))
         weights = {i: tf.exp(scores[i] - propagation.scatter_side(c, peak, "dst")) for i, c in chunks.items()}
-        total = ColumnAccumulator("sum", chunks.values())
-        for i, chunk in chunks.items():
-            total.add(chunk, propagation.gather(chunk, weights[i], reduce="sum"))
-        total = total.result(rows, any_scores.shape[1:], any_scores.dtype)
+        total = column_reduce("sum", weights)
         return {i: weights[i] / propagation.scatter_side(c, total, "dst") for i, c in chunks.items()}

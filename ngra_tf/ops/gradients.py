@@ -3,7 +3,11 @@
 Each gradient is another kernel over the same index arrays (as in DGL): a
 sum gather's adjoint is a scatter over the same segments and vice versa; a
 fused gather is differentiated by NgraFusedGatherGrad, walking CSR for x_src
-and CSC for x_dst and the edge weights.
+and CSC for x_dst and the edge weights. A gather's initial accumulator
+(init, the last input) gets the whole gradient for sum, and for max/min the
+gradient of the elements no edge won (argedge -1; NgraInitGrad). None of
+them reads init or the forward output, so the forward op may reduce into
+init's buffer.
 """
 
 import tensorflow as tf
@@ -28,10 +32,23 @@ def _mean_scaled(grad, indptr):
     return grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
 
 
+def _init_grad(op, grad, reduce):
+    """d/d init (the op's last input): grad, masked to where no edge won for max/min; None without init."""
+    index = len(op.inputs) - 1
+    init = op.inputs[index]
+    if init.shape.num_elements() == 0 or index in _skipped(op):
+        return None
+    d_init = library().ngra_init_grad(grad, op.outputs[1]) if reduce in ("max", "min") else grad
+    if init.shape.num_elements() is None:  # may be empty (absent) at run time
+        d_init = tf.cond(tf.size(init) > 0, lambda: d_init, lambda: tf.zeros_like(init))
+    return d_init
+
+
 @tf.RegisterGradient("NgraGather")
 def _gather_grad(op, grad, _):
-    values, indptr, edge_ids = op.inputs
+    values, indptr, edge_ids, _ = op.inputs
     reduce = _attr(op, "reduce")
+    d_init = _init_grad(op, grad, reduce)
     if reduce in ("max", "min"):
         d_values = library().ngra_gather_grad_arg(grad, op.outputs[1], indptr, edge_ids)
     else:
@@ -39,13 +56,13 @@ def _gather_grad(op, grad, _):
             grad = _mean_scaled(grad, indptr)
         d_values = library().ngra_scatter(grad, indptr, edge_ids)
     d_values.set_shape(values.shape)
-    return [d_values, None, None]
+    return [d_values, None, None, d_init]
 
 
 @tf.RegisterGradient("NgraScatter")
 def _scatter_grad(op, grad):
     x, indptr, edge_ids = op.inputs
-    d_x, _ = library().ngra_gather(grad, indptr, edge_ids, reduce="sum")
+    d_x, _ = library().ngra_gather(grad, indptr, edge_ids, tf.zeros([0], grad.dtype), reduce="sum")
     d_x.set_shape(x.shape)
     return [d_x, None, None]
 
@@ -55,7 +72,7 @@ def _fused_gather_grad(op, grad, _):
     program, reduce = _attr(op, "program"), _attr(op, "reduce")
     spec = PROGRAMS[program]
     skipped = _skipped(op)
-    args = [grad, op.outputs[1], *op.inputs]
+    args = [grad, op.outputs[1], *list(op.inputs)[:9]]  # the operands and index arrays, not init
 
     def wrt(name, index, used):
         if not used or index in skipped:
@@ -68,7 +85,7 @@ def _fused_gather_grad(op, grad, _):
         wrt("x_src", 0, True),
         wrt("x_dst", 1, spec.uses_dst),
         wrt("edge_weight", 2, spec.uses_weight),
-    ] + [None] * 6
+    ] + [None] * 6 + [_init_grad(op, grad, reduce)]
 
 
 # Copies: the gradient travels back the way the data came.

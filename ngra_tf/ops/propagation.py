@@ -129,32 +129,58 @@ def scatter_side(graph, x, side):
     return tf.cast(out, dtype)
 
 
-def gather(graph, edge_values, reduce="sum"):
+def _init_tensor(init, reduce, num_dst, feature_shape, dtype):
+    """Validates the initial accumulator of a gather: [num_dst] + feature_shape in `dtype`, not with mean."""
+    if init is None:
+        return None
+    if reduce == "mean":
+        raise ValueError("init cannot be used with reduce='mean': reduce with 'sum' from init, then divide by "
+                         "the whole in-degree")
+    init = _float_tensor("init", init)
+    if init.dtype != dtype:
+        raise ValueError(f"init must have the dtype of the values it accumulates ({dtype.name}), got {init.dtype.name}")
+    want = tf.TensorShape([num_dst]).concatenate(feature_shape)
+    if not init.shape.is_compatible_with(want):
+        raise ValueError(f"init must be shaped like the result {want}, got {init.shape}")
+    return init
+
+
+def gather(graph, edge_values, reduce="sum", init=None):
     """Reduces edge rows into their destination vertices.
 
     reduce is sum, mean, max or min; a vertex with no in-edges gets 0. The
     gradient of max and min goes to one edge per element: of those that
     attain the extreme, the first in stored order (lowest source id, then
     the earliest given).
+
+    init ([num_dst, ...] like the result, in edge_values' dtype; not with
+    mean) is where each vertex's reduction starts, as if it were a message
+    before all of its edges: sum adds to it, max/min compare with it (and it
+    wins ties, taking the gradient), and a vertex with no in-edges gets
+    init's row. The kernel may reduce into init's buffer in place.
     """
     _check_choice("reduce", reduce, REDUCES)
     adjacency, _, user_graph = _resolve(graph)
     values = _float_tensor("edge_values", edge_values)
     _check_rows("edge_values", values, adjacency.num_edges, "edge")
     dtype = values.dtype
-    values = tf.cast(values, _compute_dtype(dtype))
+    init = _init_tensor(init, reduce, adjacency.num_dst, values.shape[1:], dtype)
+    compute = _compute_dtype(dtype)
+    values = tf.cast(values, compute)
+    init = None if init is None else tf.cast(init, compute)
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph  # dst in the edge tensors' order
-        out = reference.gather(values, edges.dst, adjacency.num_dst, reduce)
+        out = reference.gather(values, edges.dst, adjacency.num_dst, reduce, init)
     else:
         ids = _user_ids(user_graph)
         out, _ = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
-                                 _empty(adjacency.index_dtype) if ids is None else ids.csc, reduce=reduce)
+                                 _empty(adjacency.index_dtype) if ids is None else ids.csc,
+                                 _empty(compute) if init is None else init, reduce=reduce)
     return tf.cast(out, dtype)
 
 
-def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum"):
+def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum", init=None):
     """Scatter -> element-wise ApplyEdge -> Gather in one kernel, with no per-edge tensor.
 
     out[v] = reduce over edges e = (u -> v) of program(u, v, e), where program is:
@@ -166,6 +192,9 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
                     a = x_src[:, 0] and c = x_src[:, 1] (and gate_tanh, gate_relu)
       type_select   x_src[u, type[e]] with x_src = [V, T, F...] and int edge types
     Edge data defaults to the graph's own; float weights are cast to x_src's dtype.
+    init ([num_dst, F...] in x_src's dtype; not with mean) is where each
+    vertex's reduction starts, as in gather: a column of chunks reduces into
+    one accumulator this way.
     Returns [num_dst, F...] in x_src's dtype.
     """
     _check_choice("program", program, tuple(PROGRAMS))
@@ -186,7 +215,10 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     if not feature_shape.is_fully_defined():
         raise ValueError(f"x_src must have known feature dimensions, got shape {x_src.shape}")
     width = int(np.prod(feature_shape.as_list(), dtype=np.int64))
+    init = _init_tensor(init, reduce, adjacency.num_dst, feature_shape, dtype)
     x_src = tf.reshape(tf.cast(x_src, compute), [-1] + x_src.shape[1:1 + slot_axes].as_list() + [width])
+    if init is not None:
+        init = _matrix(tf.cast(init, compute), width)
 
     if spec.uses_dst:
         if x_dst is None:
@@ -217,7 +249,7 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     lib = library()
     if lib is None:
         out = reference.fused_gather(adjacency.src, adjacency.dst, adjacency.num_dst, x_src, x_dst,
-                                     weight, types, program, reduce)
+                                     weight, types, program, reduce, init)
     else:
         out, _ = lib.ngra_fused_gather(
             x_src,
@@ -225,10 +257,18 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
             _empty(compute) if weight is None else weight,
             _empty(tf.int32) if types is None else types,
             *adjacency.tensors(),
+            _empty(compute) if init is None else init,
             program=program,
             reduce=reduce,
         )
-    return tf.cast(tf.reshape(out, [adjacency.num_dst] + feature_shape.as_list()), dtype)
+    return tf.cast(out if feature_shape.rank == 1 else tf.reshape(out, [adjacency.num_dst] + feature_shape.as_list()),
+                   dtype)
+
+
+def _matrix(x, width):
+    """x as [rows, width]; as it is when it has that shape already, so that nothing stands between a
+    kernel's output and the next kernel's init (the chained column reductions of the compiler)."""
+    return x if x.shape.rank == 2 and x.shape[1] == width else tf.reshape(x, [-1, width])
 
 
 def _in_stored_order(edge_rows, user_graph):

@@ -10,25 +10,37 @@ gates and type_select), x_dst [Vd, F] or None, weight [E, W] or None.
 import tensorflow as tf
 
 
-def segment_reduce(values, segment_ids, num_segments, reduce):
-    """Reduces rows of `values` by segment; empty segments give 0."""
+def segment_reduce(values, segment_ids, num_segments, reduce, init=None):
+    """Reduces rows of `values` by segment; empty segments give 0.
+
+    With init ([num_segments, ...]; not with mean), each segment's reduction
+    starts from its row of init: sum adds it; max/min compare with it first
+    (init wins ties and takes their gradient); an empty segment gives init.
+    """
     if reduce == "sum":
-        return tf.math.unsorted_segment_sum(values, segment_ids, num_segments)
+        total = tf.math.unsorted_segment_sum(values, segment_ids, num_segments)
+        return total if init is None else init + total
     if reduce == "mean":
+        if init is not None:
+            raise ValueError("init cannot be used with reduce='mean'")
         return tf.math.unsorted_segment_mean(values, segment_ids, num_segments)
     reducer = {"max": tf.math.unsorted_segment_max, "min": tf.math.unsorted_segment_min}[reduce]
     result = reducer(values, segment_ids, num_segments)
     count = tf.math.unsorted_segment_sum(tf.ones_like(segment_ids), segment_ids, num_segments)
     present = tf.reshape(count > 0, [-1] + [1] * (len(values.shape) - 1))
-    return tf.where(present, result, tf.zeros_like(result))
+    if init is None:
+        return tf.where(present, result, tf.zeros_like(result))
+    # tf.maximum / tf.minimum send a tie's gradient to their first argument.
+    combine = tf.maximum if reduce == "max" else tf.minimum
+    return tf.where(present, combine(init, result), init)
 
 
 def scatter(x, ids):
     return tf.gather(x, ids)
 
 
-def gather(values, dst, num_dst, reduce):
-    return segment_reduce(values, dst, num_dst, reduce)
+def gather(values, dst, num_dst, reduce, init=None):
+    return segment_reduce(values, dst, num_dst, reduce, init)
 
 
 _ACTIVATIONS = {"gate_sigmoid": tf.sigmoid, "gate_tanh": tf.tanh, "gate_relu": tf.nn.relu}
@@ -58,5 +70,5 @@ def messages(src, dst, x_src, x_dst, weight, types, program):
     raise ValueError(f"unknown program {program!r}")
 
 
-def fused_gather(src, dst, num_dst, x_src, x_dst, weight, types, program, reduce):
-    return segment_reduce(messages(src, dst, x_src, x_dst, weight, types, program), dst, num_dst, reduce)
+def fused_gather(src, dst, num_dst, x_src, x_dst, weight, types, program, reduce, init=None):
+    return segment_reduce(messages(src, dst, x_src, x_dst, weight, types, program), dst, num_dst, reduce, init)

@@ -12,6 +12,9 @@ using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::TensorShape;
 
+// The initial accumulator follows the nine inputs of fused_args.h.
+constexpr int kInitInput = 9;
+
 template <typename T, typename Index>
 class FusedGatherOp : public OpKernel {
  public:
@@ -27,7 +30,8 @@ class FusedGatherOp : public OpKernel {
     OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, args.in.width}, &out_shape));
     Tensor* out = nullptr;
     Tensor* arg = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const T* init = nullptr;
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, kInitInput, out_shape, reduce_, &out, &init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtremeReduce(reduce_) ? out_shape : TensorShape({0}),
                                              &arg));
     T* o = out->flat<T>().data();
@@ -38,7 +42,7 @@ class FusedGatherOp : public OpKernel {
         return DispatchWeight<P>(args.weight_kind, [&](auto w) {
           RunSegments(ctx, args.csc, args.in.width, [&](int64_t first, int64_t last) {
             FusedGather<P, decltype(r)::value, decltype(w)::value>(args.csc, args.in, args.num_src, first, last, o,
-                                                                    a);
+                                                                    a, init);
           });
           return absl::OkStatus();
         });

@@ -1,4 +1,4 @@
-// CPU kernels for gather and scatter (and the max/min gather gradient):
+// CPU kernels for gather and scatter (and the max/min gather gradients):
 // validate the arguments, then hand raw pointers to ops/kernels/propagate.h.
 #include <string>
 
@@ -73,7 +73,8 @@ class GatherOp : public OpKernel {
     OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, segments));
     Tensor* out = nullptr;
     Tensor* arg = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const T* init = nullptr;
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 3, out_shape, reduce_, &out, &init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtremeReduce(reduce_) ? out_shape : TensorShape({0}),
                                              &arg));
     Segments<Index> seg = MakeSegments<Index>(indptr, &edge_ids, &edge_ids);
@@ -84,7 +85,8 @@ class GatherOp : public OpKernel {
     Index* a = arg->flat<Index>().data();
     OP_REQUIRES_OK(ctx, DispatchReduce(reduce_, [&](auto r) {
                      RunSegments(ctx, seg, v.width, [&](int64_t first, int64_t last) {
-                       FusedGather<CopySrc, decltype(r)::value, WeightKind::kNone>(seg, in, v.rows, first, last, o, a);
+                       FusedGather<CopySrc, decltype(r)::value, WeightKind::kNone>(seg, in, v.rows, first, last, o, a,
+                                                                                    init);
                      });
                      return absl::OkStatus();
                    }));
@@ -170,6 +172,27 @@ class GatherGradArgOp : public OpKernel {
   }
 };
 
+// ---- NgraInitGrad ----
+
+template <typename T, typename Index>
+class InitGradOp : public OpKernel {
+ public:
+  explicit InitGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grad = ctx->input(0);
+    const Tensor& arg = ctx->input(1);
+    OP_REQUIRES(ctx, arg.shape() == grad.shape(),
+                InvalidArgument("argedge must have the shape of grad ", ShapeOf(grad), ", got ", ShapeOf(arg)));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, grad.shape(), &out));
+    const T* g = grad.flat<T>().data();
+    const Index* a = arg.flat<Index>().data();
+    T* o = out->flat<T>().data();
+    ParallelRange(ctx, grad.NumElements(), [&](int64_t begin, int64_t end) { InitGrad(g, a, begin, end, o); });
+  }
+};
+
 #define NGRA_REGISTER(T, Index)                                                                 \
   REGISTER_KERNEL_BUILDER(                                                                      \
       Name("NgraGather").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"), \
@@ -181,7 +204,10 @@ class GatherGradArgOp : public OpKernel {
                               .Device(DEVICE_CPU)                                               \
                               .TypeConstraint<T>("T")                                           \
                               .TypeConstraint<Index>("Tindex"),                                 \
-                          GatherGradArgOp<T, Index>);
+                          GatherGradArgOp<T, Index>);                                           \
+  REGISTER_KERNEL_BUILDER(                                                                      \
+      Name("NgraInitGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"), \
+      InitGradOp<T, Index>);
 
 NGRA_REGISTER(float, int32_t)
 NGRA_REGISTER(float, int64_t)

@@ -128,6 +128,31 @@ absl::Status CheckPermutation(OpKernelContext* ctx, const Tensor& perm, const ch
   return absl::OkStatus();
 }
 
+// A gather's optional initial accumulator: an empty tensor means none;
+// otherwise it must be shaped like the output, and reduce must not be mean
+// (a column of chunks is summed, then divided once by its whole in-degree).
+// Allocates the output, taking over init's buffer when nothing else holds it
+// so that the reduction runs in place; *init_data is null without init.
+template <typename T>
+absl::Status OutputFromInit(OpKernelContext* ctx, int init_input, const ::tensorflow::TensorShape& out_shape,
+                            const std::string& reduce, Tensor** out, const T** init_data) {
+  const Tensor& init = ctx->input(init_input);
+  *init_data = nullptr;
+  if (init.NumElements() == 0) return ctx->allocate_output(0, out_shape, out);
+  if (reduce == "mean") {
+    return InvalidArgument("init cannot be used with reduce=mean: reduce with sum from init, then divide by ",
+                           "the whole in-degree");
+  }
+  if (init.shape() != out_shape) {
+    return InvalidArgument("init must be empty or shaped like the output ", out_shape.DebugString(), ", got ",
+                           ShapeOf(init));
+  }
+  // Forwarded, out is init's buffer (and the walk reads each row before
+  // writing it); otherwise the walk reads init and writes a new out.
+  *init_data = init.flat<T>().data();
+  return ctx->forward_input_or_allocate_output({init_input}, 0, out_shape, out);
+}
+
 // Segments from validated tensors; an empty ids tensor means identity.
 template <typename Index>
 Segments<Index> MakeSegments(const Tensor& indptr, const Tensor* indices, const Tensor* edge_ids) {

@@ -37,6 +37,20 @@ absl::Status RowsLike(InferenceContext* c, DimensionHandle rows, int input, Shap
   return c->ReplaceDim(x, 0, rows, out);
 }
 
+// A gather's init input is empty (no initial accumulator) or shaped like
+// the output. When its shape is known and not empty, the two must agree, and
+// what either knows refines the output shape.
+absl::Status MergeInit(InferenceContext* c, int input, ShapeHandle* out) {
+  const ShapeHandle init = c->input(input);
+  if (!c->FullyDefined(init)) return absl::OkStatus();
+  if (c->Value(c->NumElements(init)) == 0) return absl::OkStatus();
+  if (!c->Merge(*out, init, out).ok()) {
+    return ::tensorflow::errors::InvalidArgument("init must be empty or shaped like the output ", c->DebugString(*out),
+                                                 ", got ", c->DebugString(init));
+  }
+  return absl::OkStatus();
+}
+
 // argedge is shaped like the output for max/min, empty otherwise.
 absl::Status SetArgEdge(InferenceContext* c, ShapeHandle output) {
   std::string reduce;
@@ -51,6 +65,7 @@ REGISTER_OP("NgraGather")
     .Input("values: T")
     .Input("indptr: Tindex")
     .Input("edge_ids: Tindex")
+    .Input("init: T")
     .Output("output: T")
     .Output("argedge: Tindex")
     .Attr("reduce: {'sum', 'mean', 'max', 'min'}")
@@ -59,13 +74,18 @@ REGISTER_OP("NgraGather")
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle out;
       TF_RETURN_IF_ERROR(RowsLike(c, SegmentsOf(c, 1), 0, &out));
+      TF_RETURN_IF_ERROR(MergeInit(c, 3, &out));
       c->set_output(0, out);
       return SetArgEdge(c, out);
     })
     .Doc(R"doc(
 Reduces edge rows into segments: output[s] = reduce(values[edge_ids[k]] for k
 in [indptr[s], indptr[s+1])). An empty edge_ids means edge k is position k.
-argedge holds, for max and min, the winning edge per element (-1 if empty).
+A non-empty init (shaped like the output; not with mean) is where each
+segment's reduction starts, as if it were a message before every edge: an
+empty segment yields init[s]. The output may take over init's buffer.
+argedge holds, for max and min, the winning edge per element, or -1 where no
+edge won (init's value, or 0 for an empty segment without init).
 )doc");
 
 REGISTER_OP("NgraScatter")
@@ -106,6 +126,24 @@ REGISTER_OP("NgraGatherGradArg")
     })
     .Doc("The gradient of a max/min NgraGather w.r.t. its values.");
 
+REGISTER_OP("NgraInitGrad")
+    .Input("grad: T")
+    .Input("argedge: Tindex")
+    .Output("output: T")
+    .Attr("T: {float, double}")
+    .Attr("Tindex: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle out;
+      TF_RETURN_IF_ERROR(c->Merge(c->input(0), c->input(1), &out));
+      c->set_output(0, out);
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The gradient of a max/min NgraGather or NgraFusedGather w.r.t. its init:
+grad where argedge is -1 (no edge beat init), 0 elsewhere. The output may
+take over grad's buffer.
+)doc");
+
 // The fused Scatter -> ApplyEdge -> Gather. Operands a program does not use
 // are passed as empty tensors.
 #define NGRA_FUSED_GATHER_INPUTS                  \
@@ -129,6 +167,7 @@ REGISTER_OP("NgraGatherGradArg")
 
 REGISTER_OP("NgraFusedGather")
     .NGRA_FUSED_GATHER_INPUTS
+    .Input("init: T")
     .Output("output: T")
     .Output("argedge: Tindex")
     .NGRA_FUSED_GATHER_ATTRS
@@ -140,13 +179,14 @@ REGISTER_OP("NgraFusedGather")
         TF_RETURN_IF_ERROR(c->WithRankAtLeast(x_src, 2, &x_src));
         out = c->Matrix(SegmentsOf(c, 4), c->Dim(x_src, -1));
       }
+      TF_RETURN_IF_ERROR(MergeInit(c, 9, &out));
       c->set_output(0, out);
       return SetArgEdge(c, out);
     })
     .Doc(R"doc(
 output[v] = reduce over edges e = (u -> v) of program(x_src[u], x_dst[v],
 edge_weight[e] or edge_type[e]), walking the CSC arrays; the CSR arrays are
-carried for the gradient.
+carried for the gradient. init and argedge as in NgraGather.
 )doc");
 
 REGISTER_OP("NgraFusedGatherGrad")

@@ -150,12 +150,15 @@ class Validator {
 
 // ---- Propagation ----
 
-// NgraGather: out[s] = reduce(values[edge_ids[k]]) over segment s;
-// seg.indices == seg.edge_ids. argedge is written for max and min.
-// num_positions: indptr[-1], the number of positions the segments cover.
+// NgraGather: out[s] = reduce(values[edge_ids[k]]) over segment s, starting
+// from init[s] when init is not null (init may be out: in place);
+// seg.indices == seg.edge_ids. argedge is written for max and min (kNoEdge
+// where no edge won). num_positions: indptr[-1], the number of positions the
+// segments cover.
 template <typename Backend, typename T, typename Index>
 std::string RunGather(const Backend& backend, Reduce reduce, const Segments<Index>& seg, int64_t num_positions,
-                      const T* values, int64_t width, T* out, Index* argedge, const WalkConfig& config = {});
+                      const T* values, int64_t width, const T* init, T* out, Index* argedge,
+                      const WalkConfig& config = {});
 
 // NgraScatter: out[Edge(k)] = x[s] for every position k of segment s.
 template <typename Backend, typename T, typename Index>
@@ -169,6 +172,11 @@ std::string RunGatherGradArg(const Backend& backend, const Segments<Index>& seg,
                              const T* grad, const Index* argedge, int64_t width, T* out,
                              const WalkConfig& config = {});
 
+// NgraInitGrad: out[i] = grad[i] where argedge[i] < 0 (no edge beat init),
+// else 0, for the n elements of a max/min gather's output; out may be grad.
+template <typename Backend, typename T, typename Index>
+std::string RunInitGrad(const Backend& backend, const T* grad, const Index* argedge, int64_t n, T* out);
+
 // The validated operands of NgraFusedGather (device pointers).
 template <typename T, typename Index>
 struct FusedProblem {
@@ -179,6 +187,7 @@ struct FusedProblem {
   Segments<Index> csc;  // forward walk; edge ids are positions
   Segments<Index> csr;  // backward walk; csr.edge_ids maps to edge ids
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
+  const T* init = nullptr;  // [num_dst, width]: where the forward reduction starts (may be out), or null
 };
 
 // NgraFusedGather: out [num_dst, width]; argedge [num_dst, width] for max/min.

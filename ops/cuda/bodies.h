@@ -244,7 +244,10 @@ NGRA_UNROLL
 // f). Whole-segment items finish and write the output; the chunks of a split
 // segment write their unfinished accumulators (and winners), chunk 0 into the
 // output row and the others into partial rows, which CombineBody folds in
-// chunk order.
+// chunk order. With init, the item that holds a segment's first edges (the
+// whole segment or its chunk 0) starts from init's row, with winner kNoEdge;
+// init may be out itself, since that item reads the row before it writes it
+// and no other item reads it.
 //
 // Edges go kEdgeUnroll at a time: their indices and rows are all loaded
 // before any is folded, so a thread has several gathers in flight (a long
@@ -270,6 +273,7 @@ struct SegmentReduceBody {
   Index* arg;          // same shape, for max and min
   T* partial;          // [max_slots, parts * width]
   Index* partial_arg;  // same shape, for max and min
+  const T* init;       // like out, or null
 
   NGRA_HOST_DEVICE void operator()(int64_t t) const {
     using Red = Reducer<R>;
@@ -283,10 +287,18 @@ struct SegmentReduceBody {
     Index win[kPerLane];
 NGRA_UNROLL
     for (int q = 0; q < kRuns; ++q) first[q] = RunStart<V>(geo, p, q);
+    const bool from_init = init != nullptr && item.chunk == 0;
 NGRA_UNROLL
     for (int j = 0; j < kPerLane; ++j) {
       acc[j] = Red::template Init<T>();
-      win[j] = Index(-1);
+      win[j] = Index(from_init ? kNoEdge : kUnset);
+    }
+    if (from_init) {
+      const T* row = init + static_cast<int64_t>(item.segment) * geo.Row() + p.part * geo.width;
+NGRA_UNROLL
+      for (int q = 0; q < kRuns; ++q) {
+        if (first[q] < geo.width) LoadRun<V>(row + first[q], acc + q * V);
+      }
     }
     for (Index k = range.begin; k < range.end; k += kEdgeUnroll) {
       View view[kEdgeUnroll];
@@ -373,7 +385,7 @@ NGRA_UNROLL
     for (int j = 0; j < kPerLane; ++j) {
       const int64_t f = p.feature + j * lanes;
       acc[j] = f < geo.width ? out[out_row + f] : T(0);
-      win[j] = Red::kTracksArg && f < geo.width ? arg[out_row + f] : Index(-1);
+      win[j] = Red::kTracksArg && f < geo.width ? arg[out_row + f] : Index(kNoEdge);
     }
     for (int64_t c = 1; c < chunks; ++c) {
       const int64_t row = (first_row + c - 1) * geo.Row() + offset;
@@ -543,6 +555,15 @@ NGRA_UNROLL
       }
     }
   }
+};
+
+// The max/min gradient w.r.t. init, one element per thread (the CPU's InitGrad).
+template <typename T, typename Index>
+struct InitGradBody {
+  const T* grad;
+  const Index* argedge;
+  T* out;
+  NGRA_HOST_DEVICE void operator()(int64_t i) const { InitGrad(grad, argedge, i, i + 1, out); }
 };
 
 // Mean's gradient: each output's gradient spread over its segment, 1/degree

@@ -13,7 +13,7 @@
 #include "ops/cuda/api.h"
 #include "ops/cuda/validate.h"
 
-// Validation, scheduling, gather, scatter, and the max/min gather gradient.
+// Validation, scheduling, gather, scatter, and the max/min gather gradients.
 #define NGRA_GPU_INSTANCES_INDEX(Prefix, Backend, Index)                                                             \
   Prefix template class Validator<Backend, Index>;                                                      \
   Prefix template std::string BuildSchedule<Backend, Index>(                                            \
@@ -31,14 +31,15 @@
 
 #define NGRA_GPU_INSTANCES_GATHER(Prefix, Backend, T, Index)                                                         \
   Prefix template std::string RunGather<Backend, T, Index>(                                             \
-      const Backend&, Reduce, const Segments<Index>&, int64_t, const T*, int64_t, T*, Index*,        \
+      const Backend&, Reduce, const Segments<Index>&, int64_t, const T*, int64_t, const T*, T*, Index*, \
       const WalkConfig&);                                                                               \
   Prefix template std::string RunScatter<Backend, T, Index>(                                            \
       const Backend&, const Segments<Index>&, int64_t, const T*, int64_t, T*,                                \
       const WalkConfig&);                                                                               \
   Prefix template std::string RunGatherGradArg<Backend, T, Index>(                                      \
       const Backend&, const Segments<Index>&, int64_t, const T*, const Index*, int64_t, T*,                  \
-      const WalkConfig&);
+      const WalkConfig&);                                                                               \
+  Prefix template std::string RunInitGrad<Backend, T, Index>(const Backend&, const T*, const Index*, int64_t, T*);
 
 #define NGRA_GPU_INSTANCES_FUSED(Prefix, Backend, T, Index)                                                          \
   Prefix template std::string ValidateFused<Backend, T, Index>(                                         \

@@ -337,10 +337,12 @@ void LaunchWidest(const Launcher& launch, const Aligned& aligned) {
 template <typename T>
 constexpr int kMaxRun = 16 / sizeof(T) < kPerLane ? 16 / sizeof(T) : kPerLane;
 
-// Runs a segment reduction of `term` over `schedule`, then folds split segments.
+// Runs a segment reduction of `term` over `schedule`, then folds split
+// segments; each segment starts from its row of `init` (which may be out)
+// when init is not null.
 template <Reduce R, typename Backend, typename Term, typename T, typename Index>
 std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const Schedule<Index>& schedule,
-                       const Geometry& geo, const Term& term, T* out, Index* arg) {
+                       const Geometry& geo, const Term& term, T* out, Index* arg, const T* init = nullptr) {
   if (seg.num_segments == 0 || geo.width == 0 || geo.parts == 0) return "";
   constexpr bool kArg = Reducer<R>::kTracksArg;
   Scratch<Backend> scratch(backend);
@@ -355,11 +357,12 @@ std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const
       [&](auto run) {
         Launch(backend,
                SegmentReduceBody<R, Term, T, Index, decltype(run)::value>{seg, schedule, geo, term, out, arg, partial,
-                                                                          partial_arg},
+                                                                          partial_arg, init},
                threads);
       },
       [&](int64_t bytes) {
-        return term.Aligned(bytes) && RowsAligned(out, geo.width, bytes) && RowsAligned(partial, geo.width, bytes);
+        return term.Aligned(bytes) && RowsAligned(out, geo.width, bytes) && RowsAligned(partial, geo.width, bytes) &&
+               RowsAligned(init, geo.width, bytes);
       });
   if (schedule.max_split > 0) {
     Launch(backend, CombineBody<R, T, Index>{seg.indptr, schedule, geo, partial, partial_arg, out, arg},
@@ -370,7 +373,8 @@ std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const
 
 template <typename Backend, typename T, typename Index>
 std::string RunGather(const Backend& backend, Reduce reduce, const Segments<Index>& seg, int64_t num_positions,
-                      const T* values, int64_t width, T* out, Index* argedge, const WalkConfig& config) {
+                      const T* values, int64_t width, const T* init, T* out, Index* argedge,
+                      const WalkConfig& config) {
   DeviceScope scope(backend);
   NGRA_GPU_RETURN_IF_ERROR(scope.error());
   if (seg.num_segments == 0 || width == 0) return "";
@@ -381,7 +385,8 @@ std::string RunGather(const Backend& backend, Reduce reduce, const Segments<Inde
   in.width = width;
   return WithReduce(reduce, [&](auto r) {
     using Term = MessageTerm<CopySrc, WeightKind::kNone, T, Index>;
-    return ReduceWalk<decltype(r)::value>(backend, seg, schedule, GeometryFor(width, 1), Term{seg, in}, out, argedge);
+    return ReduceWalk<decltype(r)::value>(backend, seg, schedule, GeometryFor(width, 1), Term{seg, in}, out, argedge,
+                                          init);
   });
 }
 
@@ -416,6 +421,16 @@ std::string RunGatherGradArg(const Backend& backend, const Segments<Index>& seg,
 }
 
 template <typename Backend, typename T, typename Index>
+std::string RunInitGrad(const Backend& backend, const T* grad, const Index* argedge, int64_t n, T* out) {
+  DeviceScope scope(backend);
+  NGRA_GPU_RETURN_IF_ERROR(scope.error());
+  if (n == 0) return "";
+  NGRA_GPU_RETURN_IF_ERROR(CheckThreads(n));
+  Launch(backend, InitGradBody<T, Index>{grad, argedge, out}, n);
+  return LastError(backend);
+}
+
+template <typename Backend, typename T, typename Index>
 std::string RunFusedGatherScheduled(const Backend& backend, const FusedProblem<T, Index>& problem,
                                     const Schedule<Index>& schedule, T* out, Index* argedge) {
   if (problem.num_dst == 0 || problem.in.width == 0) return "";
@@ -426,7 +441,7 @@ std::string RunFusedGatherScheduled(const Backend& backend, const FusedProblem<T
       return WithWeight<P>(problem.weight_kind, [&](auto w) {
         using Term = MessageTerm<P, decltype(w)::value, T, Index>;
         return ReduceWalk<decltype(r)::value>(backend, problem.csc, schedule, geo, Term{problem.csc, problem.in}, out,
-                                              argedge);
+                                              argedge, problem.init);
       });
     });
   });

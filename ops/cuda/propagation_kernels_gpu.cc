@@ -82,6 +82,22 @@ const U* Data(const Tensor& t) {
 
 bool IsExtreme(const std::string& reduce) { return reduce == "max" || reduce == "min"; }
 
+// Checks a gather's init input (ValidateInit) and allocates the output: in
+// init's buffer when init is given and nothing else holds it, so that the
+// reduction runs in place. *init_data is null without init.
+template <typename T>
+absl::Status OutputFromInit(OpKernelContext* ctx, int init_input, const TensorShape& out_shape,
+                            const std::string& reduce, Tensor** out, const T** init_data) {
+  const Tensor& init = ctx->input(init_input);
+  const auto dims = out_shape.dim_sizes();
+  bool present = false;
+  TF_RETURN_IF_ERROR(
+      CheckStatus(ValidateInit(Info(init), std::vector<int64_t>(dims.begin(), dims.end()), reduce, &present)));
+  *init_data = present ? init.flat<T>().data() : nullptr;
+  if (!present) return ctx->allocate_output(0, out_shape, out);
+  return ctx->forward_input_or_allocate_output({init_input}, 0, out_shape, out);
+}
+
 // ---- NgraGather ----
 
 template <typename T, typename Index>
@@ -105,12 +121,13 @@ class GatherGpuOp : public OpKernel {
     TensorShape out_shape = values.shape();
     OP_REQUIRES_OK(ctx, out_shape.SetDimWithStatus(0, segments));
     Tensor *out = nullptr, *arg = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    const T* init = nullptr;
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 3, out_shape, reduce_name_, &out, &init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(reduce_name_) ? out_shape : TensorShape({0}), &arg));
     const Index* ids = Data<Index>(edge_ids);
     const Segments<Index> seg{Data<Index>(indptr), ids, ids, segments};
     OP_REQUIRES_OK(ctx, RunStatus(RunGather<GpuStream, T, Index>(stream.get(), reduce_, seg, c.num_positions,
-                                                                 Data<T>(values), c.width, Data<T>(out),
+                                                                 Data<T>(values), c.width, init, Data<T>(out),
                                                                  Data<Index>(arg))));
   }
 
@@ -171,6 +188,25 @@ class GatherGradArgGpuOp : public OpKernel {
   }
 };
 
+// ---- NgraInitGrad ----
+
+template <typename T, typename Index>
+class InitGradGpuOp : public OpKernel {
+ public:
+  explicit InitGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grad = ctx->input(0);
+    const Tensor& arg = ctx->input(1);
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateInitGrad(Info(grad), Info(arg))));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->forward_input_or_allocate_output({0}, 0, grad.shape(), &out));
+    OpStream stream(ctx);
+    OP_REQUIRES_OK(ctx, RunStatus(RunInitGrad<GpuStream, T, Index>(stream.get(), Data<T>(grad), Data<Index>(arg),
+                                                                   grad.NumElements(), Data<T>(out))));
+  }
+};
+
 // ---- NgraFusedGather and its gradient ----
 
 FusedInputs FusedInputsOf(OpKernelContext* ctx, int first) {
@@ -197,7 +233,7 @@ class FusedGatherGpuOp : public OpKernel {
     TensorShape out_shape;
     OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({problem.num_dst, problem.in.width}, &out_shape));
     Tensor *out = nullptr, *arg = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, out_shape, &out));
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 9, out_shape, reduce_, &out, &problem.init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(reduce_) ? out_shape : TensorShape({0}), &arg));
     OP_REQUIRES_OK(ctx, RunStatus(RunFusedGather<GpuStream, T, Index>(stream.get(), problem, Data<T>(out),
                                                                       Data<Index>(arg))));
@@ -247,6 +283,9 @@ class FusedGatherGradGpuOp : public OpKernel {
   REGISTER_KERNEL_BUILDER(                                                                                  \
       Name("NgraGatherGradArg").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),  \
       GatherGradArgGpuOp<T, Index>);                                                                        \
+  REGISTER_KERNEL_BUILDER(                                                                                  \
+      Name("NgraInitGrad").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),       \
+      InitGradGpuOp<T, Index>);                                                                             \
   REGISTER_KERNEL_BUILDER(                                                                                  \
       Name("NgraFusedGather").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),    \
       FusedGatherGpuOp<T, Index>);                                                                          \

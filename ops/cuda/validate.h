@@ -48,10 +48,33 @@ struct Checked {
   int64_t rows = 0, width = 1;
 };
 
-// NgraGather(values, indptr, edge_ids).
+// NgraGather(values, indptr, edge_ids); its init: ValidateInit.
 template <typename Backend, typename Index>
 std::string ValidateGather(const Backend& backend, const TensorInfo& values, const TensorInfo& indptr,
                            const TensorInfo& edge_ids, Checked* out);
+
+// The init input of NgraGather and NgraFusedGather (a host check: shapes
+// only): empty means none; otherwise shaped like the output, and not with
+// mean. Sets *present.
+inline std::string ValidateInit(const TensorInfo& init, const std::vector<int64_t>& out_shape,
+                                const std::string& reduce, bool* present) {
+  *present = init.NumElements() > 0;
+  if (!*present) return "";
+  if (reduce == "mean") {
+    return "init cannot be used with reduce=mean: reduce with sum from init, then divide by the whole in-degree";
+  }
+  if (init.shape != out_shape) {
+    return "init must be empty or shaped like the output " + TensorInfo{nullptr, out_shape}.ShapeString() + ", got " +
+           init.ShapeString();
+  }
+  return "";
+}
+
+// NgraInitGrad(grad, argedge) (a host check): argedge shaped like grad.
+inline std::string ValidateInitGrad(const TensorInfo& grad, const TensorInfo& argedge) {
+  if (argedge.shape == grad.shape) return "";
+  return "argedge must have the shape of grad " + grad.ShapeString() + ", got " + argedge.ShapeString();
+}
 
 // NgraScatter(x, indptr, edge_ids).
 template <typename Backend, typename Index>
@@ -68,8 +91,8 @@ struct FusedInputs {
   TensorInfo x_src, x_dst, edge_weight, edge_type, csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge;
 };
 
-// NgraFusedGather; fills problem (its program and reduce are set from the
-// names). check_csr: the walk reads the CSR arrays (the d/dx_src gradient).
+// NgraFusedGather (its nine inputs; init: ValidateInit); fills problem (its
+// program and reduce are set from the names). check_csr: the walk reads the CSR arrays (the d/dx_src gradient).
 template <typename Backend, typename T, typename Index>
 std::string ValidateFused(const Backend& backend, const std::string& program, const std::string& reduce,
                           const FusedInputs& inputs, bool check_csr, FusedProblem<T, Index>* problem);

@@ -115,18 +115,23 @@ struct TileSpan {
 // Reduces positions [span.begin, ...) of segment s into one output tile
 // [f0, f0 + n) of Walk::kParts consecutive parts from `part` on (part p's
 // tile at out + p * part_stride); returns the first position not reduced.
+// The first block starts from `init`'s tile (laid out like out's; it may be
+// out itself) or, when init is null, from the reducer's empty accumulator.
 template <Reduce R, int64_t kTile, bool kFull, typename Walk, typename T, typename Index>
 inline Index ReduceTile(const Walk& walk, const Segments<Index>& seg, int64_t s, int part, int64_t f0,
-                        int64_t n, const TileSpan<Index>& span, T* out, int64_t part_stride, Index* arg) {
+                        int64_t n, const TileSpan<Index>& span, const T* init, T* out, int64_t part_stride,
+                        Index* arg) {
   using Red = Reducer<R>;
   constexpr int kParts = Walk::kParts;
   const int64_t count = kFull ? kTile : n;
   T acc[kParts * kTile];
   Index win[kParts * kTile];
+  const T* start = span.first ? init : out;
+  const Index start_win = Index(init != nullptr ? kNoEdge : kUnset);
   for (int p = 0; p < kParts; ++p) {
     for (int64_t j = 0; j < count; ++j) {
-      acc[p * kTile + j] = span.first ? Red::template Init<T>() : out[p * part_stride + j];
-      win[p * kTile + j] = span.first || !Red::kTracksArg ? Index(-1) : arg[p * part_stride + j];
+      acc[p * kTile + j] = start != nullptr ? start[p * part_stride + j] : Red::template Init<T>();
+      win[p * kTile + j] = span.first || !Red::kTracksArg ? start_win : arg[p * part_stride + j];
     }
   }
   Index k = span.begin;
@@ -157,10 +162,12 @@ inline Index ReduceTile(const Walk& walk, const Segments<Index>& seg, int64_t s,
 // walk that reduces two parts at once computes what they share (a gate's
 // activation) once per edge and feature instead of once per part.
 // The walk gathers `walk.gathered_rows` rows of `walk.gathered_per_row`
-// features-wide tiles (0 rows: gathers are sequential, never block).
+// features-wide tiles (0 rows: gathers are sequential, never block). Segment
+// s starts from init's row s when init is given (init may be out: each row is
+// read, then written, by the one thread that owns it).
 template <Reduce R, typename Walk, typename T, typename Index>
 void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int64_t width,
-                    int64_t first, int64_t last, T* out, Index* arg) {
+                    int64_t first, int64_t last, T* out, Index* arg, const T* init = nullptr) {
   constexpr int64_t kTile = kTileBytes / sizeof(T);
   const int64_t row = parts * width;
   const int64_t segments = last - first;
@@ -188,9 +195,10 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
           span.prefetch = prefetch;
           const int64_t at = s * row + part * width + f0;
           Index* a = Reducer<R>::kTracksArg ? arg + at : nullptr;
+          const T* i = init != nullptr ? init + at : nullptr;
           const Index stop =
-              n == kTile ? ReduceTile<R, kTile, true>(walk, seg, s, part, f0, n, span, out + at, width, a)
-                         : ReduceTile<R, kTile, false>(walk, seg, s, part, f0, n, span, out + at, width, a);
+              n == kTile ? ReduceTile<R, kTile, true>(walk, seg, s, part, f0, n, span, i, out + at, width, a)
+                         : ReduceTile<R, kTile, false>(walk, seg, s, part, f0, n, span, i, out + at, width, a);
           if (blocks > 1) cursor[s - first] = stop;
         }
       }
@@ -229,13 +237,16 @@ struct ForwardWalk {
 
 // out[v] = reduce over k in segment v of Program::Message(src row of Row(k),
 // dst row v, weight of Edge(k)), where x_src has `in_rows` rows. `arg`
-// receives the winning edge per feature for max and min (ignored otherwise).
+// receives the winning edge per feature for max and min (ignored otherwise),
+// kNoEdge where no edge won. With `init` ([num_dst, width], possibly out
+// itself) the reduction starts from init[v] instead of the empty accumulator,
+// so an empty segment yields init[v].
 template <typename Program, Reduce R, WeightKind K, typename T, typename Index>
 void FusedGather(const Segments<Index>& csc, const Operands<T>& in, int64_t in_rows, int64_t first,
-                 int64_t last, T* out, Index* arg) {
+                 int64_t last, T* out, Index* arg, const T* init = nullptr) {
   const int64_t rows = csc.indices ? static_cast<int64_t>(in_rows) : 0;
   const ForwardWalk<Program, K, T, Index> walk{csc, in, rows, in.src_slots};
-  ReduceSegments<R>(walk, csc, 1, in.width, first, last, out, arg);
+  ReduceSegments<R>(walk, csc, 1, in.width, first, last, out, arg, init);
 }
 
 // ---- Gradients ----
@@ -424,6 +435,14 @@ void GatherGradArg(const Segments<Index>& seg, const T* grad, const Index* arg,
       if (e >= 0) out[static_cast<int64_t>(e) * width + f] = grad[s * width + f];
     }
   }
+}
+
+// The gradient of a max/min reduction w.r.t. its init: each element's
+// gradient where no edge won it (kNoEdge: init held the extreme), else 0.
+// Elements [begin, end); element-wise, so the GPU runs it one per thread.
+template <typename T, typename Index>
+NGRA_HOST_DEVICE inline void InitGrad(const T* grad, const Index* arg, int64_t begin, int64_t end, T* out) {
+  for (int64_t i = begin; i < end; ++i) out[i] = arg[i] < 0 ? grad[i] : T(0);
 }
 
 }  // namespace ngra

@@ -76,6 +76,7 @@ template <typename U>
 struct HostData {
   std::vector<U> x_src[4];  // by slot count 1..3
   std::vector<U> x_dst, w_scalar, w_vector, w_block, grad;
+  std::vector<U> init;  // [num_dst, width]: an initial accumulator
   std::vector<int32_t> type;
 
   template <typename V>
@@ -88,6 +89,7 @@ struct HostData {
     h.w_vector = cast(w_vector);
     h.w_block = cast(w_block);
     h.grad = cast(grad);
+    h.init = cast(init);
     h.type = type;
     return h;
   }
@@ -133,6 +135,7 @@ struct Setting {
   Segments<Index> csc_h, csr_h, csc_d, csr_d;
   const T* x_src_d[4] = {};
   const T *x_dst_d = nullptr, *w_scalar_d = nullptr, *w_vector_d = nullptr, *w_block_d = nullptr, *grad_d = nullptr;
+  const T* init_d = nullptr;
   const int32_t* type_d = nullptr;
 
   void Upload() {
@@ -148,6 +151,10 @@ struct Setting {
     heads = width % 4 == 0 ? 4 : width % 2 == 0 ? 2 : 1;
     h.w_block = RandomValues<T>(E * heads, &rng, -1.0, 1.0);
     h.grad = RandomValues<T>(g.num_dst * width, &rng);
+    // On the messages' grid, so that init ties with them and often wins
+    // (always in empty segments); a few NaNs, which must stick.
+    h.init = GridValues<T>(g.num_dst * width, &rng);
+    for (size_t i = 5; i < h.init.size(); i += 89) h.init[i] = T(NAN);
     std::uniform_int_distribution<int32_t> t3(0, 2);
     h.type.resize(E);
     for (int32_t& t : h.type) t = t3(rng);
@@ -156,6 +163,7 @@ struct Setting {
     w_vector_d = rt.Put(h.w_vector);
     w_block_d = rt.Put(h.w_block);
     grad_d = rt.Put(h.grad);
+    init_d = rt.Put(h.init);
     type_d = rt.Put(h.type);
     exact.reset();
     csc_h = Segments<Index>{g.csc_indptr.data(), E ? g.csc_src.data() : nullptr, nullptr, g.num_dst};
@@ -201,15 +209,18 @@ struct Setting {
 
   // ---- The CPU reference, in T or in float64 ----
 
+  // with_init: starting from h.init, into a copy of it (in place, as TF runs
+  // it when the output takes over init's buffer).
   template <typename P, Reduce R, WeightKind K, typename U>
-  std::vector<U> CpuForward(const HostData<U>& h, std::vector<Index>* arg) const {
+  std::vector<U> CpuForward(const HostData<U>& h, std::vector<Index>* arg, bool with_init = false) const {
     constexpr bool kExtreme = Reducer<R>::kTracksArg;
     const int64_t n = g.num_dst * width;
     const Operands<U> in = HostOperands<P, K>(h);
-    std::vector<U> out(n);
+    std::vector<U> out = with_init ? h.init : std::vector<U>(n);
     if (kExtreme) arg->resize(n);
     CpuRun(csc_h, [&](int64_t first, int64_t last) {
-      FusedGather<P, R, K>(csc_h, in, g.num_src, first, last, out.data(), kExtreme ? arg->data() : nullptr);
+      FusedGather<P, R, K>(csc_h, in, g.num_src, first, last, out.data(), kExtreme ? arg->data() : nullptr,
+                           with_init ? out.data() : nullptr);
     });
     return out;
   }
@@ -283,7 +294,6 @@ struct Setting {
       ~Release() { rt.Release(mark); }
     } release{rt, mark};
     constexpr bool kExtreme = Reducer<R>::kTracksArg;
-    const int64_t n = g.num_dst * width;
     const Operands<T> in = HostOperands<P, K>(host);
     std::vector<Index> arg;
     const std::vector<T> out = CpuForward<P, R, K>(host, &arg);
@@ -298,8 +308,33 @@ struct Setting {
     problem.num_src = g.num_src;
     problem.num_dst = g.num_dst;
     problem.num_edges = g.num_edges;
+    tally.Record(name + " forward", FusedForward<P, R, K>(id, problem, in, out, arg, false));
+
+    // Gradients, with the CPU's winners for max/min on both sides.
+    const Index* arg_d = kExtreme ? rt.Put(arg) : nullptr;
+    FusedGrad<P, R, K>(name, Wrt::kXSrc, problem, arg, arg_d);
+    if constexpr (P::kUsesDst) FusedGrad<P, R, K>(name, Wrt::kXDst, problem, arg, arg_d);
+    if constexpr (P::kUsesWeight) FusedGrad<P, R, K>(name, Wrt::kEdgeWeight, problem, arg, arg_d);
+
+    // From an initial accumulator (not with mean), in place on both sides.
+    // The gradients do not read init: the ones above cover them.
+    if constexpr (R != Reduce::kMean) {
+      std::vector<Index> init_arg;
+      const std::vector<T> init_out = CpuForward<P, R, K>(host, &init_arg, true);
+      tally.Record(name + " init forward", FusedForward<P, R, K>(id, problem, in, init_out, init_arg, true));
+    }
+  }
+
+  // Runs the GPU forward pass of `problem` (from init, in place, when
+  // with_init) and compares it with the CPU's out / arg.
+  template <typename P, Reduce R, WeightKind K>
+  std::string FusedForward(ProgramId id, FusedProblem<T, Index> problem, const Operands<T>& in,
+                           const std::vector<T>& out, const std::vector<Index>& arg, bool with_init) {
+    constexpr bool kExtreme = Reducer<R>::kTracksArg;
+    const int64_t n = g.num_dst * width;
     auto forward = [&](std::vector<T>* got, std::vector<Index>* got_arg) {
-      T* o = rt.template Garbage<T>(n);
+      T* o = with_init ? rt.Put(host.init) : rt.template Garbage<T>(n);
+      problem.init = with_init ? o : nullptr;
       Index* a = kExtreme ? rt.template Garbage<Index>(n) : nullptr;
       std::string error = gpu::RunFusedGather(rt.backend(), problem, o, a, config);
       if (error.empty()) error = rt.Sync();
@@ -314,7 +349,7 @@ struct Setting {
       if (!kExtreme) {
         error = CompareSums(got, out, width, [&] {
           std::vector<Index> unused;
-          return CpuForward<P, R, K>(Exact(), &unused);
+          return CpuForward<P, R, K>(Exact(), &unused, with_init);
         });
       } else if (ExactMessages(id)) {
         error = CompareExact(got, out);
@@ -322,7 +357,7 @@ struct Setting {
         if (!error.empty()) error = "(max/min must be exact) " + error;
       } else {
         error = CompareClose(got, out, width);
-        if (error.empty()) error = CheckWinners<P, K>(in, got_arg, out);
+        if (error.empty()) error = CheckWinners<P, K>(in, got_arg, out, with_init ? host.init.data() : nullptr);
       }
     }
     if (error.empty() && Deterministic()) {
@@ -333,32 +368,34 @@ struct Setting {
       if (error.empty() && kExtreme) error = CompareExact(again_arg, got_arg);
       if (!error.empty()) error = "second run differs: " + error;
     }
-    tally.Record(name + " forward", error);
-
-    // Gradients, with the CPU's winners for max/min on both sides.
-    const Index* arg_d = kExtreme ? rt.Put(arg) : nullptr;
-    FusedGrad<P, R, K>(name, Wrt::kXSrc, problem, arg, arg_d);
-    if constexpr (P::kUsesDst) FusedGrad<P, R, K>(name, Wrt::kXDst, problem, arg, arg_d);
-    if constexpr (P::kUsesWeight) FusedGrad<P, R, K>(name, Wrt::kEdgeWeight, problem, arg, arg_d);
+    return error;
   }
 
   // For inexact programs: each winner is an edge of its segment whose CPU
-  // message is within tolerance of the CPU's extreme (or -1 for an empty one).
+  // message is within tolerance of the CPU's extreme, or kNoEdge where init
+  // (when given) is, or for an empty segment without init.
   template <typename P, WeightKind K>
-  std::string CheckWinners(const Operands<T>& in, const std::vector<Index>& got_arg, const std::vector<T>& want) {
+  std::string CheckWinners(const Operands<T>& in, const std::vector<Index>& got_arg, const std::vector<T>& want,
+                           const T* init) {
+    auto close = [&](T m, int64_t i) {
+      return SameValue(m, want[i]) ||
+             std::fabs(double(m) - double(want[i])) <= Tolerance<T>() * std::max(1.0, std::fabs(double(want[i])));
+    };
     for (int64_t v = 0; v < g.num_dst; ++v) {
       for (int64_t f = 0; f < width; ++f) {
         const int64_t i = v * width + f;
         const Index e = got_arg[i];
-        if (csc_h.Degree(v) == 0) {
-          if (e != -1) return "empty segment " + std::to_string(v) + " has winner " + std::to_string(e);
+        if (e == kNoEdge) {
+          if (init != nullptr ? !close(init[i], i) : csc_h.Degree(v) != 0) {
+            return "element " + std::to_string(i) + " has no winning edge but is not init's value or empty";
+          }
           continue;
         }
         if (e < csc_h.Begin(v) || e >= csc_h.End(v)) return "winner " + std::to_string(e) + " is not an edge of " + std::to_string(v);
         const T* src = in.x_src + in.template SrcOffset<P>(csc_h.Row(e), e);
         const T* t = P::kUsesDst ? in.x_dst + v * width : nullptr;
         const T m = P::Message(src, t, EdgeWeight<K>(in, e), f, width);
-        if (!(std::fabs(double(m) - double(want[i])) <= Tolerance<T>() * std::max(1.0, std::fabs(double(want[i]))))) {
+        if (!close(m, i)) {
           return "winner " + std::to_string(e) + " of element " + std::to_string(i) + " is not an extreme";
         }
       }
@@ -423,6 +460,74 @@ struct Setting {
 
   // ---- gather, scatter, gather_grad_arg ----
 
+  // One gather (and for max its gradient, fed the CPU's winners) against the
+  // CPU kernel. With init, the CPU runs both out of place and in place (into
+  // a copy of init), which must agree bit for bit, and the GPU in place.
+  void GatherCase(Reduce reduce, bool with_init, const Segments<Index>& seg_h, const Segments<Index>& seg_d,
+                  const std::vector<T>& values, const T* values_d, const std::string& name) {
+    const int64_t E = g.num_edges, n = g.num_dst * width;
+    const bool extreme = reduce == Reduce::kMax || reduce == Reduce::kMin;
+    Operands<T> in;
+    in.x_src = values.data();
+    in.width = width;
+    auto cpu = [&](T* out, Index* arg, const T* init) {
+      gpu::WithReduce(reduce, [&](auto red) {
+        CpuRun(seg_h, [&](int64_t first, int64_t last) {
+          FusedGather<CopySrc, decltype(red)::value, WeightKind::kNone>(seg_h, in, E, first, last, out, arg, init);
+        });
+        return std::string();
+      });
+    };
+    std::vector<T> want(n);
+    std::vector<Index> want_arg(extreme ? n : 0);
+    cpu(want.data(), want_arg.data(), with_init ? host.init.data() : nullptr);
+    std::string error;
+    if (with_init) {
+      std::vector<T> in_place = host.init;
+      std::vector<Index> in_place_arg(want_arg.size());
+      cpu(in_place.data(), in_place_arg.data(), in_place.data());
+      error = CompareExact(in_place, want);
+      if (error.empty()) error = CompareExact(in_place_arg, want_arg);
+      if (!error.empty()) error = "CPU in place differs: " + error;
+    }
+    T* o = with_init ? rt.Put(host.init) : rt.template Garbage<T>(n);
+    Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
+    if (error.empty()) {
+      error = gpu::RunGather(rt.backend(), reduce, seg_d, E, values_d, width, with_init ? o : nullptr, o, a, config);
+    }
+    if (error.empty()) error = rt.Sync();
+    if (error.empty()) error = extreme ? CompareExact(rt.Get(o, n), want) : CompareClose(rt.Get(o, n), want, width);
+    if (error.empty() && extreme) error = CompareExact(rt.Get(a, n), want_arg);
+    tally.Record(name, error);
+
+    if (with_init && extreme) {  // d/d init: the gradient where init won, in place
+      const std::string init_name = prefix + " init_grad " + kReduceNames[static_cast<int>(reduce)] +
+                                    (seg_h.edge_ids ? " edge_ids" : " identity");
+      std::vector<T> want_init(n);
+      InitGrad(host.grad.data(), want_arg.data(), 0, n, want_init.data());
+      T* gi = rt.Put(host.grad);
+      error = gpu::RunInitGrad(rt.backend(), gi, rt.Put(want_arg), n, gi);
+      if (error.empty()) error = rt.Sync();
+      if (error.empty()) error = CompareExact(rt.Get(gi, n), want_init);
+      tally.Record(init_name, error);
+    }
+    if (reduce == Reduce::kMax) {  // elements init won get no edge gradient
+      const std::string grad_name = prefix + " gather_grad_arg" + (seg_h.edge_ids ? " edge_ids" : " identity") +
+                                    (with_init ? " init" : "");
+      std::vector<T> want_grad(E * width, T(0));
+      const Segments<Index> by_edge{g.csc_indptr.data(), nullptr, seg_h.edge_ids, g.num_dst};
+      CpuRun(by_edge, [&](int64_t first, int64_t last) {
+        GatherGradArg(by_edge, host.grad.data(), want_arg.data(), width, first, last, want_grad.data());
+      });
+      T* go = rt.template Garbage<T>(E * width);
+      error = gpu::RunGatherGradArg(rt.backend(), Segments<Index>{seg_d.indptr, nullptr, seg_d.edge_ids, g.num_dst},
+                                    E, grad_d, rt.Put(want_arg), width, go, config);
+      if (error.empty()) error = rt.Sync();
+      if (error.empty()) error = CompareExact(rt.Get(go, E * width), want_grad);
+      tally.Record(grad_name, error);
+    }
+  }
+
   void Gathers() {
     const int64_t E = g.num_edges;
     // Values per edge, with a few NaNs: they must win max/min and stick.
@@ -438,44 +543,11 @@ struct Setting {
       const Segments<Index> seg_h{g.csc_indptr.data(), ids_h, ids_h, g.num_dst};
       const Segments<Index> seg_d{csc_d.indptr, ids_d, ids_d, g.num_dst};
       const std::string ids_name = with_ids ? " edge_ids" : " identity";
+      // Each reduce plain and (not mean) from init, in place on the GPU.
       for (int r = 0; r < 4; ++r) {
-        const std::string name = prefix + " gather " + kReduceNames[r] + ids_name;
-        if (!Selected(name)) continue;
-        const bool extreme = r >= 2;
-        const int64_t n = g.num_dst * width;
-        std::vector<T> want(n);
-        std::vector<Index> want_arg(extreme ? n : 0);
-        Operands<T> in;
-        in.x_src = values.data();
-        in.width = width;
-        gpu::WithReduce(static_cast<Reduce>(r), [&](auto red) {
-          CpuRun(seg_h, [&](int64_t first, int64_t last) {
-            FusedGather<CopySrc, decltype(red)::value, WeightKind::kNone>(seg_h, in, E, first, last, want.data(),
-                                                                            extreme ? want_arg.data() : nullptr);
-          });
-          return std::string();
-        });
-        T* o = rt.template Garbage<T>(n);
-        Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
-        std::string error = gpu::RunGather(rt.backend(), static_cast<Reduce>(r), seg_d, E, values_d, width, o, a, config);
-        if (error.empty()) error = rt.Sync();
-        if (error.empty()) error = extreme ? CompareExact(rt.Get(o, n), want) : CompareClose(rt.Get(o, n), want, width);
-        if (error.empty() && extreme) error = CompareExact(rt.Get(a, n), want_arg);
-        tally.Record(name, error);
-
-        if (r == 2) {  // the max gather's gradient, fed the CPU's winners
-          const std::string grad_name = prefix + " gather_grad_arg" + ids_name;
-          std::vector<T> want_grad(E * width, T(0));
-          const Segments<Index> by_edge{g.csc_indptr.data(), nullptr, ids_h, g.num_dst};
-          CpuRun(by_edge, [&](int64_t first, int64_t last) {
-            GatherGradArg(by_edge, host.grad.data(), want_arg.data(), width, first, last, want_grad.data());
-          });
-          T* go = rt.template Garbage<T>(E * width);
-          error = gpu::RunGatherGradArg(rt.backend(), Segments<Index>{csc_d.indptr, nullptr, ids_d, g.num_dst}, E,
-                                        grad_d, rt.Put(want_arg), width, go, config);
-          if (error.empty()) error = rt.Sync();
-          if (error.empty()) error = CompareExact(rt.Get(go, E * width), want_grad);
-          tally.Record(grad_name, error);
+        for (int with_init = 0; with_init < (r == 1 ? 1 : 2); ++with_init) {
+          const std::string name = prefix + " gather " + kReduceNames[r] + ids_name + (with_init ? " init" : "");
+          if (Selected(name)) GatherCase(static_cast<Reduce>(r), with_init, seg_h, seg_d, values, values_d, name);
         }
       }
       // Scatter by source: out[edge id] = x[source row].

@@ -51,6 +51,18 @@ void BadInput(Runtime& rt, Tally& tally) {
                                                                info({0, 3, 1, 1, 2}), &c),
          "");
   tally.Record(prefix + " gather positions", c.num_positions == 5 ? "" : "num_positions " + std::to_string(c.num_positions));
+  // init: empty means none; else shaped like the output, and never with mean.
+  bool present = true;
+  expect("init absent", gpu::ValidateInit(none, {2, 2}, "mean", &present), "");
+  tally.Record(prefix + " init absent flag", present ? "an empty init counts as present" : "");
+  expect("init shape", gpu::ValidateInit(values, {2, 2}, "max", &present),
+         "init must be empty or shaped like the output [2,2], got [4,2]");
+  expect("init mean", gpu::ValidateInit(values, {4, 2}, "mean", &present),
+         "init cannot be used with reduce=mean: reduce with sum from init, then divide by the whole in-degree");
+  expect("init ok", gpu::ValidateInit(values, {4, 2}, "sum", &present), "");
+  tally.Record(prefix + " init present flag", present ? "" : "a shaped init counts as absent");
+  expect("init grad argedge", gpu::ValidateInitGrad(values, TensorInfo{nullptr, {4, 3}}),
+         "argedge must have the shape of grad [4,2], got [4,3]");
   const TensorInfo x{rt.Put(std::vector<float>(6)), {2, 3}};
   expect("scatter indptr length",
          gpu::ValidateScatter<typename Runtime::Backend, Index>(rt.backend(), x, info({0, 1}), none, &c),

@@ -31,6 +31,15 @@ with warnings.catch_warnings(record=True) as caught:
             np.testing.assert_allclose(gather(adjacency, values, reduce).numpy(),
                                        oracle_reduce(values, adjacency, reduce), rtol=1e-12)
             checked += 1
+        init = rng.normal(size=(adjacency.num_dst, 3))
+        for reduce in ("sum", "max", "min"):  # from an initial accumulator
+            np.testing.assert_allclose(gather(adjacency, values, reduce, init=init).numpy(),
+                                       oracle_reduce(values, adjacency, reduce, init), rtol=1e-12)
+            inputs = program_inputs("src_mul_edge", adjacency, rng, features=(3,))
+            np.testing.assert_allclose(
+                fused_gather(adjacency, *inputs, program="src_mul_edge", reduce=reduce, init=init).numpy(),
+                oracle_fused_gather("src_mul_edge", reduce, adjacency, *inputs, init=init), rtol=1e-12)
+            checked += 2
         x = rng.normal(size=(adjacency.num_src, 2, 2))
         np.testing.assert_array_equal(scatter(adjacency, x).numpy(), x[adjacency.csc_src])
         checked += 1

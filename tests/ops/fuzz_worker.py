@@ -93,7 +93,7 @@ def random_adjacency(case):
 
 
 def fused_inputs(case, adjacency, T, Tindex):
-    """(the nine NgraFusedGather inputs, program, reduce, numpy copies for the oracle)."""
+    """(the ten NgraFusedGather inputs, init last, program, reduce)."""
     program = case.choice(list(PROGRAMS), ["gcn", ""], "program")
     reduce = case.choice(list(REDUCES), ["prod"], "reduce")
     # The operand shapes follow some program, not always the one in the attr.
@@ -118,19 +118,30 @@ def fused_inputs(case, adjacency, T, Tindex):
         case.index(adjacency.csr_indptr, Tindex, "csr_indptr"),
         case.index(adjacency.csr_dst, Tindex, "csr_dst"),
         case.index(adjacency.csr_edge, Tindex, "csr_edge"),
+        initial_accumulator(case, adjacency.num_dst, width, reduce, T),
     ]
     return inputs, program, reduce
+
+
+def initial_accumulator(case, num_dst, width, reduce, T):
+    """A gather's init input: usually absent (empty), else shaped like the output (never valid with mean)."""
+    if not case.draw(st.booleans(), label="init?"):
+        return tf.zeros([0], T)
+    init = case.floats([num_dst, width], T, "init")
+    case.mangled |= reduce == "mean" and init.shape.num_elements() > 0
+    return init
 
 
 def check_fused_result(adjacency, inputs, program, reduce, out):
     """The oracle's answer for a valid call; per-head weights need heads in the feature shape."""
     x_src, x_dst, weight, types = (t.numpy() for t in inputs[:4])
+    init = inputs[9].numpy()
     width = x_src.shape[-1]
     if program == "src_mul_edge" and weight.ndim == 2:
         heads = weight.shape[1]
         x_src = x_src.reshape(len(x_src), heads, width // heads)
     expected = oracle_fused_gather(program, reduce, adjacency, x_src, x_dst,
-                                   types if program == "type_select" else weight)
+                                   types if program == "type_select" else weight, init if init.size else None)
     np.testing.assert_allclose(out.numpy(), expected.reshape(adjacency.num_dst, width), rtol=1e-4, atol=1e-4)
 
 
@@ -153,14 +164,15 @@ def run_case(case):
         case.mangled |= spec is not None and ((wrt == "x_dst" and not spec.uses_dst) or
                                               (wrt == "edge_weight" and not spec.uses_weight))
         case.reads_argedge = reduce in ("max", "min")
-        LIB.ngra_fused_gather_grad(grad, argedge, *inputs, program=program, reduce=reduce, wrt=wrt)
+        LIB.ngra_fused_gather_grad(grad, argedge, *inputs[:9], program=program, reduce=reduce, wrt=wrt)
     elif op == "gather":
         width = case.draw(st.integers(0, 3))
         values = case.floats([adjacency.num_edges, width], T, "values")
         edge_ids = case.draw(st.sampled_from([np.zeros(0), adjacency.csr_edge]), label="ids")
         reduce = case.choice(list(REDUCES), ["prod"], "reduce")
         LIB.ngra_gather(values, case.index(adjacency.csc_indptr, Tindex, "indptr"),
-                        case.index(edge_ids, Tindex, "edge_ids"), reduce=reduce)
+                        case.index(edge_ids, Tindex, "edge_ids"),
+                        initial_accumulator(case, adjacency.num_dst, width, reduce, T), reduce=reduce)
     elif op == "scatter":
         x = case.floats([adjacency.num_src, case.draw(st.integers(0, 3))], T, "x")
         LIB.ngra_scatter(x, case.index(adjacency.csr_indptr, Tindex, "indptr"),

@@ -181,19 +181,26 @@ def oracle_messages(program, adjacency, x_src, x_dst, edge_data):
     return _ACTIVATIONS[program](s[:, 0] + t) * s[:, 1]
 
 
-def oracle_reduce(messages, adjacency, reduce):
-    """Reduces [E, ...] messages by destination in stored order; an empty one gives 0."""
+def oracle_reduce(messages, adjacency, reduce, init=None):
+    """Reduces [E, ...] messages by destination in stored order; an empty one gives 0.
+
+    With init (any shape holding [num_dst, ...] in order), each destination
+    starts from its row of init, and an empty one gives init's row.
+    """
     indptr = adjacency.csc_indptr
-    out = np.zeros((adjacency.num_dst,) + messages.shape[1:], messages.dtype)
+    shape = (adjacency.num_dst,) + messages.shape[1:]
+    out = np.zeros(shape, messages.dtype) if init is None else np.array(init, messages.dtype).reshape(shape)
+    combine = {"sum": np.add, "max": np.maximum, "min": np.minimum}.get(reduce)
     for v in range(adjacency.num_dst):
         rows = messages[indptr[v]:indptr[v + 1]]
         if len(rows):
-            out[v] = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[reduce](rows, axis=0)
+            value = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}[reduce](rows, axis=0)
+            out[v] = value if init is None else combine(out[v], value)
     return out
 
 
-def oracle_fused_gather(program, reduce, adjacency, x_src, x_dst=None, edge_data=None):
-    return oracle_reduce(oracle_messages(program, adjacency, x_src, x_dst, edge_data), adjacency, reduce)
+def oracle_fused_gather(program, reduce, adjacency, x_src, x_dst=None, edge_data=None, init=None):
+    return oracle_reduce(oracle_messages(program, adjacency, x_src, x_dst, edge_data), adjacency, reduce, init)
 
 
 # ---- gradient-friendly inputs ----
@@ -239,7 +246,7 @@ def _separated(program, reduce, adjacency, inputs, gap):
     return True
 
 
-def reference_fused_gather(program, reduce, adjacency, x_src, x_dst=None, edge_data=None):
+def reference_fused_gather(program, reduce, adjacency, x_src, x_dst=None, edge_data=None, init=None):
     """ngra_tf.ops.reference.fused_gather on tensors, normalising shapes like the public API."""
     spec = PROGRAMS[program]
     lead = 1 if spec.src_slots == 0 else 2
@@ -252,8 +259,9 @@ def reference_fused_gather(program, reduce, adjacency, x_src, x_dst=None, edge_d
         weight = tf.reshape(edge_data, [adjacency.num_edges, -1])
     elif spec.uses_type:
         types = edge_data
+    init = None if init is None else tf.reshape(init, [adjacency.num_dst, width])
     out = ngra_tf.ops.reference.fused_gather(adjacency.csc_src, dst_of(adjacency), adjacency.num_dst, x, t,
-                                             weight, types, program, reduce)
+                                             weight, types, program, reduce, init)
     return tf.reshape(out, [adjacency.num_dst] + list(features))
 
 
@@ -271,3 +279,22 @@ def float_args(program, x_src, x_dst, edge_data):
         return kwargs
 
     return [values[n] for n in names], rebuild
+
+
+# ---- gradient checks ----
+
+
+def assert_gradients_match_numerical(f, args):
+    theoretical, numerical = tf.test.compute_gradient(f, args)
+    for t, n in zip(theoretical, numerical):
+        assert np.any(t != 0), "a gradient that is zero everywhere tests nothing"
+        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-6)
+
+
+def tape_gradients(f, args, upstream):
+    """Gradients of sum(f(*args) * upstream) w.r.t. every arg, as numpy arrays."""
+    args = [tf.constant(a) for a in args]
+    with tf.GradientTape() as tape:
+        tape.watch(args)
+        loss = tf.reduce_sum(f(*args) * upstream)
+    return [g.numpy() for g in tape.gradient(loss, args)]

@@ -27,7 +27,7 @@ def fused_inputs(program, index_dtype=np.int32, **overrides):
         "edge_weight": np.ones((E,) if spec.uses_weight else (0,), np.float32),
         "edge_type": np.zeros(E if spec.uses_type else 0, np.int32),
         "csc_indptr": a.csc_indptr, "csc_src": a.csc_src, "csr_indptr": a.csr_indptr,
-        "csr_dst": a.csr_dst, "csr_edge": a.csr_edge,
+        "csr_dst": a.csr_dst, "csr_edge": a.csr_edge, "init": np.zeros(0, np.float32),
     }
     inputs.update(overrides)
     index_names = ("csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge")
@@ -44,6 +44,7 @@ def call_fused_grad(program="src_add_dst", reduce="sum", wrt="x_src", grad=None,
     grad = np.ones(shape, np.float32) if grad is None else grad
     if argedge is None:
         argedge = np.zeros(shape if reduce in ("max", "min") else (0,), np.int32)
+    inputs.pop("init")
     return lib().ngra_fused_gather_grad(grad, argedge, **inputs, program=program, reduce=reduce, wrt=wrt)
 
 
@@ -51,9 +52,10 @@ def indices(values):
     return tf.constant(np.asarray(values, np.int32))
 
 
-def call_gather(values=None, indptr=GRAPH.adjacency.csc_indptr, edge_ids=(), reduce="sum"):
+def call_gather(values=None, indptr=GRAPH.adjacency.csc_indptr, edge_ids=(), reduce="sum", init=None):
     values = np.ones((E, F), np.float32) if values is None else values
-    return lib().ngra_gather(values, indices(indptr), indices(edge_ids), reduce=reduce)
+    init = np.zeros(0, np.asarray(values).dtype) if init is None else init
+    return lib().ngra_gather(values, indices(indptr), indices(edge_ids), init, reduce=reduce)
 
 
 def call_scatter(x=None, indptr=GRAPH.adjacency.csr_indptr, edge_ids=GRAPH.adjacency.csr_edge):
@@ -78,6 +80,10 @@ def test_baselines_are_valid():
     call_fused_grad("src_mul_edge", wrt="edge_weight")
     call_gather()
     call_gather(edge_ids=np.arange(E))
+    for reduce in ("sum", "max", "min"):
+        call_fused(reduce=reduce, init=np.ones((V, F), np.float32))
+        call_gather(reduce=reduce, init=np.ones((V, F), np.float32))
+    call_fused(reduce="mean", init=np.ones((0, F), np.float32))  # empty: no init, so mean is fine
     call_scatter()
     call_gather_grad_arg()
 
@@ -100,6 +106,10 @@ RAW_CASES = [
     ("csr_indptr", lambda: call_fused(csr_indptr=[1, 1, 3, 5, 5])),
     ("csr_dst", lambda: call_fused(csr_dst=[1, 2, 2])),
     ("csr_edge", lambda: call_fused(csr_edge=[1, 2, 3, 0, 4, 4])),
+    ("init", lambda: call_fused(init=np.ones((V, F + 1), np.float32))),
+    ("init", lambda: call_fused(init=np.ones((V - 1, F), np.float32))),
+    ("init", lambda: call_fused(init=np.ones(V * F, np.float32))),
+    ("init", lambda: call_fused("copy_src", "mean", init=np.ones((V, F), np.float32))),
     # --- NgraFusedGather: operands ---
     ("x_src", lambda: call_fused("copy_src", x_src=np.ones((V, 1, F), np.float32))),
     ("x_src", lambda: call_fused("copy_src", x_src=np.ones(V, np.float32))),
@@ -148,6 +158,12 @@ RAW_CASES = [
     ("edge_ids", lambda: call_gather(edge_ids=[0, 1, 2, 3, 5])),
     ("edge_ids", lambda: call_gather(edge_ids=[0, 1, -1, 3, 4])),
     ("edge_ids", lambda: call_gather(edge_ids=[0, 1, 2])),
+    ("init", lambda: call_gather(init=np.ones((V + 1, F), np.float32))),
+    ("init", lambda: call_gather(init=np.ones((V, F, 1), np.float32))),
+    ("init", lambda: call_gather(reduce="mean", init=np.ones((V, F), np.float32))),
+    # --- NgraInitGrad ---
+    ("argedge", lambda: lib().ngra_init_grad(np.ones((V, F), np.float32), np.zeros((V, F + 1), np.int32))),
+    ("argedge", lambda: lib().ngra_init_grad(np.ones((V, F), np.float32), np.zeros(V * F, np.int32))),
     # --- NgraScatter ---
     ("x", lambda: call_scatter(x=np.float32(1))),
     ("indptr", lambda: call_scatter(indptr=np.append(CSR_INDPTR, 5))),
@@ -189,6 +205,15 @@ def test_raw_op_rejects_unknown_attr(attr, call):
         call()
     with pytest.raises((tf.errors.InvalidArgumentError, ValueError, TypeError), match=f"'{attr}'"):
         tf.function(call, autograph=False)()
+
+
+def test_init_shape_is_checked_when_the_graph_is_built():
+    """A statically known init of the wrong shape fails at graph construction, naming init."""
+    bad = fused_inputs("copy_src", init=np.ones((V, F + 1), np.float32))
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match=r"\binit\b"):
+        tf.function(lambda: lib().ngra_fused_gather(**bad, program="copy_src", reduce="sum"), autograph=False)()
+    with pytest.raises((ValueError, tf.errors.InvalidArgumentError), match=r"\binit\b"):
+        tf.function(lambda: call_gather(init=np.ones((V, F + 1), np.float32)), autograph=False)()
 
 
 def test_raw_op_dtype_mismatches():
@@ -246,6 +271,14 @@ API_CASES = [
     ("edge_data", lambda: fused_gather(GRAPH, TYPED, edge_data=np.zeros(E - 1, int), program="type_select")),
     ("edge_values", lambda: gather(GRAPH, np.ones((E + 1, F), np.float32))),
     ("edge_values", lambda: gather(GRAPH, np.ones((E, F), np.int32))),
+    ("init", lambda: gather(GRAPH, np.ones((E, F)), "mean", init=np.ones((V, F)))),
+    ("init", lambda: gather(GRAPH, np.ones((E, F)), "max", init=np.ones((V + 1, F)))),
+    ("init", lambda: gather(GRAPH, np.ones((E, F)), "sum", init=np.ones((V, F), np.float32))),
+    ("init", lambda: gather(GRAPH, np.ones((E, F)), "sum", init=np.ones((V, F), np.int64))),
+    ("init", lambda: fused_gather(GRAPH, X, reduce="mean", init=X)),
+    ("init", lambda: fused_gather(GRAPH, X, init=X.astype(np.float64))),
+    ("init", lambda: fused_gather(GRAPH, X, init=X[:, :1])),
+    ("init", lambda: fused_gather(GRAPH, X3, X, program="gate_tanh", init=X3)),
     ("x_src", lambda: scatter(GRAPH, X[:2])),
     ("x_src", lambda: scatter(GRAPH, X.astype(bool))),
     ("x_dst", lambda: scatter(GRAPH, X, X[:2])),

@@ -36,16 +36,17 @@ NO_FLOATS = "tf.zeros([0])"
 HUGE = {
     # indptr[-1] claims 2**40 edges; with empty edge_ids nothing else bounds it.
     "edges-scatter": "lib.ngra_scatter(tf.ones([1, 1]), INDPTR, EMPTY)",
-    "edges-gather": "lib.ngra_gather(tf.ones([1, 1]), INDPTR, EMPTY, reduce='max')",
+    "edges-gather": "lib.ngra_gather(tf.ones([1, 1]), INDPTR, EMPTY, tf.zeros([0]), reduce='max')",
     "edges-gather_grad_arg": "lib.ngra_gather_grad_arg(tf.ones([1, 1]), tf.constant([[-1]], tf.int64), INDPTR, EMPTY)",
     "edges-fused_gather": f"lib.ngra_fused_gather(tf.ones([1, 1]), {NO_FLOATS}, {NO_FLOATS}, {E32}, INDPTR, "
                           "tf.zeros([1], tf.int64), tf.constant([0, 1], tf.int64), tf.zeros([1], tf.int64), "
-                          "tf.zeros([1], tf.int64), program='copy_src', reduce='sum')",
+                          "tf.zeros([1], tf.int64), tf.zeros([0]), program='copy_src', reduce='sum')",
     # Zero rows of 2**80 (or 2**62) features: an empty tensor, but the output has rows.
-    "shape-gather": f"lib.ngra_gather(tf.zeros([0, 2**40, 2**40]), tf.constant([0, 0]), {E32}, reduce='sum')",
+    "shape-gather": f"lib.ngra_gather(tf.zeros([0, 2**40, 2**40]), tf.constant([0, 0]), {E32}, {NO_FLOATS}, "
+                    "reduce='sum')",
     "shape-fused_gather": f"lib.ngra_fused_gather(tf.zeros([0, 2**62]), {NO_FLOATS}, {NO_FLOATS}, {E32}, "
-                          f"tf.constant([0, 0, 0]), {E32}, tf.constant([0]), {E32}, {E32}, program='copy_src', "
-                          "reduce='sum')",
+                          f"tf.constant([0, 0, 0]), {E32}, tf.constant([0]), {E32}, {E32}, {NO_FLOATS}, "
+                          "program='copy_src', reduce='sum')",
     "shape-fused_gather_grad": f"lib.ngra_fused_gather_grad(tf.zeros([1]), {E32}, tf.zeros([0, 2**62]), {NO_FLOATS}, "
                                f"{NO_FLOATS}, {E32}, tf.constant([0, 0, 0]), {E32}, tf.constant([0]), {E32}, {E32}, "
                                "program='copy_src', reduce='sum', wrt='x_src')",

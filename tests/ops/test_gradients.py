@@ -7,29 +7,14 @@ import tensorflow as tf
 
 import ngra_tf
 from ngra_tf.ops import fused_gather, gather, scatter
-from ngra_testlib import (BLOCKED_KINDS, BLOCKED_WIDTH, PROGRAM_NAMES, REDUCES, blocked_adjacency, dst_of,
-                          float_args, lib, make_adjacency, oracle_reduce, program_inputs, random_graph,
-                          reference_fused_gather, separated_inputs)
+from ngra_testlib import (BLOCKED_KINDS, BLOCKED_WIDTH, PROGRAM_NAMES, REDUCES, assert_gradients_match_numerical,
+                          blocked_adjacency, dst_of, float_args, lib, make_adjacency, oracle_reduce, program_inputs,
+                          random_graph, reference_fused_gather, separated_inputs, tape_gradients)
 
 
 def small_graph(seed=0):
     """6 vertices (5 is isolated), 12 edges with a multi-edge and a self loop."""
     return random_graph(np.random.default_rng(seed), num_vertices=6, num_edges=12).adjacency
-
-
-def assert_gradients_match_numerical(f, args):
-    theoretical, numerical = tf.test.compute_gradient(f, args)
-    for t, n in zip(theoretical, numerical):
-        assert np.any(t != 0), "a gradient that is zero everywhere tests nothing"
-        np.testing.assert_allclose(t, n, rtol=1e-6, atol=1e-6)
-
-
-def tape_gradients(f, args, upstream):
-    args = [tf.constant(a) for a in args]
-    with tf.GradientTape() as tape:
-        tape.watch(args)
-        loss = tf.reduce_sum(f(*args) * upstream)
-    return [g.numpy() for g in tape.gradient(loss, args)]
 
 
 # ---- fused_gather ----
@@ -141,7 +126,7 @@ def test_raw_gather_with_edge_ids_gradient(reduce):
     indptr = tf.constant(adjacency.csc_indptr)
 
     def f(v):
-        return lib().ngra_gather(v, indptr, edge_ids, reduce=reduce)[0]
+        return lib().ngra_gather(v, indptr, edge_ids, tf.zeros([0], v.dtype), reduce=reduce)[0]
 
     assert_gradients_match_numerical(f, [distinct_edge_values(adjacency)])
 
@@ -184,14 +169,15 @@ def test_raw_extreme_gradients_accept_the_forward_argedge(width_shape):
     values = tf.constant(distinct_edge_values(adjacency, int(np.prod(width_shape))).reshape(
         (adjacency.num_edges,) + width_shape))
     empty = tf.zeros([0], t.csc_indptr.dtype)
-    out, argedge = lib().ngra_gather(values, t.csc_indptr, empty, reduce="max")
+    out, argedge = lib().ngra_gather(values, t.csc_indptr, empty, tf.zeros([0], values.dtype), reduce="max")
     assert argedge.shape == out.shape
     d_values = lib().ngra_gather_grad_arg(tf.ones_like(out), argedge, t.csc_indptr, empty)
     assert np.sum(d_values.numpy()) == np.sum(adjacency.in_degree() > 0) * np.prod(width_shape, dtype=int)
     if len(width_shape) <= 1:
         x = tf.reshape(values[:adjacency.num_src], [adjacency.num_src, -1])
         fused, fused_arg = lib().ngra_fused_gather(x, tf.zeros([0], tf.float64), tf.zeros([0], tf.float64),
-                                                   tf.zeros([0], tf.int32), *t, program="copy_src", reduce="min")
+                                                   tf.zeros([0], tf.int32), *t, tf.zeros([0], tf.float64),
+                                                   program="copy_src", reduce="min")
         d_x = lib().ngra_fused_gather_grad(tf.ones_like(fused), fused_arg, x, tf.zeros([0], tf.float64),
                                            tf.zeros([0], tf.float64), tf.zeros([0], tf.int32), *t,
                                            program="copy_src", reduce="min", wrt="x_src")
@@ -232,7 +218,7 @@ def test_ties_in_cache_blocked_walks_go_to_the_first_stored_edge(kind):
     x = np.full((adjacency.num_src, BLOCKED_WIDTH), 0.5)
     empty = tf.zeros([0], tf.float64)
     for reduce in ("max", "min"):
-        _, argedge = lib().ngra_fused_gather(x, empty, empty, tf.zeros([0], tf.int32), *t, program="copy_src",
+        _, argedge = lib().ngra_fused_gather(x, empty, empty, tf.zeros([0], tf.int32), *t, empty, program="copy_src",
                                              reduce=reduce)
         first = np.where(adjacency.in_degree() > 0, adjacency.csc_indptr[:-1], -1)
         np.testing.assert_array_equal(argedge.numpy(), np.repeat(first[:, None], BLOCKED_WIDTH, axis=1))

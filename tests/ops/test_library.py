@@ -30,4 +30,4 @@ def test_missing_library_warns_once_and_falls_back():
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-4000:]
     counts = dict(item.split("=") for item in result.stdout.split()[-2:])
     assert counts["warnings"] == "1"
-    assert int(counts["checked"]) == 3 * (9 * 4 + 4 + 1 + 1) + 3
+    assert int(counts["checked"]) == 3 * (9 * 4 + 4 + 3 * 2 + 1 + 1) + 3

@@ -207,7 +207,8 @@ def test_raw_gather_with_edge_ids(reduce, ids, size):
     values = rng.normal(size=(rows, 3 if size == "small" else BLOCKED_WIDTH))
     edge_ids = rng.permutation(rows) if ids == "permutation" else rng.integers(0, rows, adjacency.num_edges)
     edge_ids = edge_ids.astype(adjacency.index_dtype)
-    out, argedge = ngra_tf.ops.library().ngra_gather(values, adjacency.csc_indptr, edge_ids, reduce=reduce)
+    out, argedge = ngra_tf.ops.library().ngra_gather(values, adjacency.csc_indptr, edge_ids, np.zeros(0),
+                                                      reduce=reduce)
     np.testing.assert_allclose(out.numpy(), oracle_reduce(values[edge_ids], adjacency, reduce), rtol=1e-12)
     if reduce in ("max", "min"):  # the winner is named by its edge id (a row of values)
         won = argedge.numpy()
