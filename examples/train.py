@@ -10,9 +10,7 @@ labels. --profile_dir writes a TensorBoard profile of a few training steps;
 memory, at full precision.
 """
 
-import json
 import os
-import tempfile
 import time
 
 import keras
@@ -24,7 +22,7 @@ import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
-from ngra_tf.runtime import resident
+from ngra_tf.runtime import integrity, resident
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
@@ -105,19 +103,6 @@ def train_once(dataset, seed):
             "test": {name: float(value) for name, value in result.items()}}
 
 
-def write_json(path, record):
-    """Writes record to path whole or not at all (a temporary file, then a rename)."""
-    directory = os.path.dirname(os.path.abspath(path))
-    handle, temporary = tempfile.mkstemp(prefix=".history-", suffix=".json", dir=directory)
-    try:
-        with os.fdopen(handle, "w") as out:
-            json.dump(record, out, indent=1)
-        os.replace(temporary, path)
-    except BaseException:
-        os.unlink(temporary)
-        raise
-
-
 def main(argv):
     del argv
     unknown = set(FLAGS.rewrites) - set(REWRITES) - {"none"}
@@ -138,7 +123,7 @@ def main(argv):
                   **peak.as_dict()}
         if FLAGS.runs > 1:
             record["runs"] = runs
-        write_json(FLAGS.history_json, record)
+        integrity.write_json_atomically(FLAGS.history_json, record)
     if FLAGS.runs > 1:
         print(f"{FLAGS.model} on {FLAGS.dataset}: mean test accuracy {np.mean(accuracies):.4f} "
               f"(min {np.min(accuracies):.4f}, max {np.max(accuracies):.4f}) over {FLAGS.runs} runs")

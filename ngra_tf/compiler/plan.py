@@ -92,21 +92,25 @@ class ColumnAccumulator:
         """The first chunk's init: None, or the max/min start on the rows it does not see."""
         if self.single or self.reduce not in ("max", "min"):
             return None
-        degree = sum(c.adjacency.in_degree() for c in self.chunks)
-        if np.all((self.chunks[0].adjacency.in_degree() > 0) == (degree > 0)):
+        reached = self.in_degree > 0
+        if np.all((self.chunks[0].adjacency.in_degree() > 0) == reached):
             return None
         fill = np.inf if self.reduce == "min" else -np.inf
-        start = np.where(degree > 0, fill, 0).astype(self.dtype.as_numpy_dtype)
+        start = np.where(reached, fill, 0).astype(self.dtype.as_numpy_dtype)
         rows = tf.constant(start.reshape([-1] + [1] * len(self.feature_shape)))
         return tf.broadcast_to(rows, [len(start)] + self.feature_shape)
 
-    def result(self, num_rows, feature_shape, dtype):
+    @functools.cached_property
+    def in_degree(self):
+        """The column's in-degree per destination row, over all its chunks."""
+        return sum(c.adjacency.in_degree() for c in self.chunks)
+
+    def result(self, num_rows):
         if self.value is None:
-            return tf.zeros([num_rows] + list(feature_shape), dtype)
+            return tf.zeros([num_rows] + self.feature_shape, self.dtype)
         if self.single or self.reduce != "mean":
             return self.value
-        degree = sum(c.adjacency.in_degree() for c in self.chunks)
-        return self.value / _column(np.maximum(degree, 1).astype(self.value.dtype.as_numpy_dtype), self.value)
+        return self.value / _column(np.maximum(self.in_degree, 1).astype(self.value.dtype.as_numpy_dtype), self.value)
 
 
 def _column(values: np.ndarray, like):
@@ -247,7 +251,7 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
 
     def vertex_step(j):
         rows = int(partition.bounds[j + 1] - partition.bounds[j])
-        parts = [acc.result(rows, feature_shape, dtype) for acc in accumulators[j]]
+        parts = [acc.result(rows) for acc in accumulators[j]]
         accum = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
         feeds = {t.name: intervals.block("v:" + t.name, value, j)
                  for t, value in zip(program.vertex_frontier, vertex_values)}
@@ -284,7 +288,7 @@ def _column_softmax(partition, j, scores: dict):
             acc = ColumnAccumulator(reduce, chunks.values(), shape, dtype)
             for i, chunk in chunks.items():
                 acc.reduce_chunk(chunk, functools.partial(propagation.gather, chunk, values[i]))
-            return acc.result(rows, shape, dtype)
+            return acc.result(rows)
 
         peak = tf.stop_gradient(column_reduce("max", scores))
         weights = {i: tf.exp(scores[i] - propagation.scatter_side(c, peak, "dst")) for i, c in chunks.items()}

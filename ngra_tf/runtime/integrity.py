@@ -48,12 +48,17 @@ def commit(temporary, final_path) -> dict:
 def write_json_atomically(path, value) -> None:
     """Writes JSON to path through a temporary file, flushed to disk before the rename."""
     temporary = temporary_path(path)
-    with open(temporary, "w") as stream:
-        json.dump(value, stream, indent=1)
-        stream.write("\n")
-        stream.flush()
-        os.fsync(stream.fileno())
-    os.replace(temporary, path)
+    try:
+        with open(temporary, "w") as stream:
+            json.dump(value, stream, indent=1)
+            stream.write("\n")
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:  # a value that is not JSON leaves nothing behind
+        if os.path.exists(temporary):
+            os.unlink(temporary)
+        raise
     directory = os.open(os.path.dirname(os.path.abspath(path)), os.O_RDONLY)
     try:
         os.fsync(directory)

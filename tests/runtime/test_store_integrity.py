@@ -201,3 +201,14 @@ def test_verify_checks_every_file_and_reads_check_each_file_once(tmp_path, monke
     with pytest.raises(ValueError, match=r"interval 2 of vertex array 'labels'\) fails its checksum"):
         store.verify()
     assert calls
+
+
+def test_json_that_cannot_be_written_leaves_nothing_behind(tmp_path):
+    from ngra_tf.runtime import integrity  # noqa: PLC0415
+
+    path = tmp_path / "history.json"
+    with pytest.raises(TypeError):
+        integrity.write_json_atomically(path, {"not json": object()})
+    assert list(tmp_path.iterdir()) == []
+    integrity.write_json_atomically(path, {"loss": [0.5]})
+    assert path.read_text().startswith("{") and [p.name for p in tmp_path.iterdir()] == ["history.json"]
