@@ -8,9 +8,17 @@ Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
 labels. --profile_dir writes a TensorBoard profile of a few training steps;
 --history_json writes each epoch's loss and metrics and the run's measured peak
 memory, at full precision.
+
+--store trains from a chunk store written by tools/partition_graph.py instead
+(features, labels and masks stay on disk; chunks stream through memory), under
+--memory_budget:
+
+    python tools/partition_graph.py --preset=reddit-middle --prepare=gcn --chunks=8 --output=/tmp/rm.store
+    python examples/train.py --model=gcn --store=/tmp/rm.store --memory_budget=256MB --epochs=5
 """
 
 import os
+import sys
 import time
 
 import keras
@@ -22,7 +30,7 @@ import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
-from ngra_tf.runtime import integrity, resident
+from ngra_tf.runtime import integrity, memory, open_store, resident, stream, tiers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
@@ -51,16 +59,69 @@ flags.DEFINE_string("profile_dir", None, "If set, write a TensorFlow profiler tr
 flags.DEFINE_string("history_json", None, "If set, write the training history here as JSON: every epoch's loss "
                     "and metrics at full precision, the test metrics, and the peak resident memory above the "
                     "baseline (taken once TensorFlow is up, before the dataset is read).")
+flags.DEFINE_string("store", None, "Train from this chunk store (tools/partition_graph.py) instead of --dataset: "
+                    "features, labels and masks stay on disk and chunks stream through memory. Convert with "
+                    "--prepare=gcn for gcn and --prepare=symmetric for the others.")
+flags.DEFINE_string("memory_budget", None, "With --store: memory for the streamed steps (e.g. 256MB, 1GiB). A "
+                    "budget too small fails at once, naming the smallest that works. Default: unbounded.")
+flags.DEFINE_enum("spill", "spill", ["spill", "recompute"], "With --store: what backward needs from the "
+                  "forward is kept in the host tier and reloaded (spill), or recomputed from each layer's input.")
+flags.DEFINE_float("selective", 0.0, "With --store: a chunk whose edges leave from fewer than this fraction of its "
+                   "source interval copies only those rows (NeuGraph's selective scheduling; 0: off).",
+                   lower_bound=0, upper_bound=1)
+flags.DEFINE_bool("overlap", True, "With --store: read the next chunk while the current one computes.")
+flags.DEFINE_string("spill_dir", None, "With --store: keep the host tier (activations, spills) in this directory "
+                    "(default: memory, or a temporary directory when the budget needs disk).")
 flags.DEFINE_integer("verbose", 0, "Keras verbosity for fit (0 silent, 1 progress bar, 2 one line per epoch).")
+
+
+class Inputs:
+    """What a run trains on: a graph and arrays in memory, or a store and handles on its arrays."""
+
+    def __init__(self, graph, features, labels, masks, num_classes, name):
+        self.graph, self.features, self.labels, self.num_classes, self.name = graph, features, labels, num_classes, name
+        self.train, self.val, self.test = masks
 
 
 def load(name, seed):
     if name in datasets.PRESETS:
-        return datasets.synthetic(name, seed=seed)
-    return datasets.cora() if name == "cora" else datasets.load_planetoid_npz(name)
+        dataset = datasets.synthetic(name, seed=seed)
+    else:
+        dataset = datasets.cora() if name == "cora" else datasets.load_planetoid_npz(name)
+    return dataset_inputs(dataset, name)
 
 
-def train_once(dataset, seed):
+def dataset_inputs(dataset, name):
+    """An in-memory dataset as training inputs: its graph prepared for --model, its features."""
+    graph = recipes.prepare_graph(FLAGS.model, dataset.graph)
+    # Row-normalise bag-of-words features (Planetoid); a synthetic preset's are standard normal.
+    features = dataset.dense_features(normalize=name not in datasets.PRESETS)
+    return Inputs(graph, features, dataset.labels, (dataset.train_mask, dataset.val_mask, dataset.test_mask),
+                  dataset.num_classes, name)
+
+
+def load_store(path):
+    try:
+        store = open_store(path)
+    except ValueError as error:
+        raise app.UsageError(f"--store: {error}") from None
+    missing = {"features", "labels", "train_mask", "val_mask", "test_mask"} - set(store.vertex_names)
+    if missing:
+        raise app.UsageError(f"--store: {path} has no {', '.join(sorted(missing))} (it has "
+                             f"{', '.join(store.vertex_names) or 'no vertex arrays'})")
+    prepared = store.manifest.get("source", {}).get("edges", {}).get("kind", "")
+    if FLAGS.model == "gcn" and (store.edge_data_spec is None or "gcn" not in prepared):
+        raise app.UsageError(f"--store: gcn needs a store prepared for it (edge weights): convert with --prepare=gcn")
+    if FLAGS.model == "ggnn":
+        raise app.UsageError("--store: ggnn needs edge types, which tools/partition_graph.py does not prepare yet")
+    num_classes = store.manifest.get("source", {}).get("num_classes")
+    if num_classes is None:
+        num_classes = int(store.array("labels").read().max()) + 1
+    masks = tuple(store.array(name) for name in ("train_mask", "val_mask", "test_mask"))
+    return Inputs(store, store.array("features"), store.array("labels"), masks, int(num_classes), path)
+
+
+def train_once(inputs, seed):
     """Trains one model; returns a JSON-ready record of the run."""
     keras.utils.set_random_seed(seed)
     base = recipes.RECIPES[FLAGS.model]
@@ -71,15 +132,17 @@ def train_once(dataset, seed):
         weight_decay=base.weight_decay if FLAGS.weight_decay is None else FLAGS.weight_decay,
         dropout=base.dropout if FLAGS.dropout is None else FLAGS.dropout,
         patience=base.patience if FLAGS.patience is None else (FLAGS.patience or None))
-    graph = recipes.prepare_graph(FLAGS.model, dataset.graph)
     rewrites = [] if FLAGS.rewrites == ["none"] else FLAGS.rewrites
-    model = recipes.build_model(FLAGS.model, graph, dataset.num_classes, recipe=recipe, chunks=FLAGS.chunks,
-                                schedule=FLAGS.schedule, rewrites=rewrites)
+    options = dict(chunks=FLAGS.chunks, schedule=FLAGS.schedule, rewrites=rewrites)
+    if FLAGS.store:
+        options.update(chunks=FLAGS.chunks if FLAGS["chunks"].present else None, memory_budget=FLAGS.memory_budget,
+                       spill=FLAGS.spill, overlap=FLAGS.overlap, spill_dir=FLAGS.spill_dir,
+                       selective=FLAGS.selective)
+    model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe, **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
-    # Row-normalise bag-of-words features (Planetoid); a synthetic preset's are standard normal.
-    features = dataset.dense_features(normalize=FLAGS.dataset not in datasets.PRESETS)
-    train, val, test = dataset.train_mask, dataset.val_mask, dataset.test_mask
+    features, labels = inputs.features, inputs.labels
+    train, val, test = inputs.train, inputs.val, inputs.test
     if FLAGS.explain:
         model.build(features.shape)
         model.explain()
@@ -90,13 +153,13 @@ def train_once(dataset, seed):
     if FLAGS.profile_dir:
         callbacks.append(keras.callbacks.TensorBoard(FLAGS.profile_dir, profile_batch=(2, 4)))
     start = time.perf_counter()
-    history = model.fit(features, dataset.labels, sample_weight=train, epochs=recipe.epochs,
-                        validation_data=(features, dataset.labels, val), callbacks=callbacks,
+    history = model.fit(features, labels, sample_weight=train, epochs=recipe.epochs,
+                        validation_data=(features, labels, val), callbacks=callbacks,
                         verbose=FLAGS.verbose)
     seconds = time.perf_counter() - start
-    result = model.evaluate(features, dataset.labels, sample_weight=test, verbose=0, return_dict=True)
+    result = model.evaluate(features, labels, sample_weight=test, verbose=0, return_dict=True)
     epochs = len(history.history["loss"])
-    print(f"{FLAGS.model} on {FLAGS.dataset}, seed {seed}: test accuracy {result['accuracy']:.4f} "
+    print(f"{FLAGS.model} on {inputs.name}, seed {seed}: test accuracy {result['accuracy']:.4f} "
           f"after {epochs} epochs ({1e3 * seconds / epochs:.1f} ms/epoch)")
     return {"seed": seed, "epochs": epochs, "seconds": seconds,
             "history": {name: [float(v) for v in values] for name, values in history.history.items()},
@@ -110,22 +173,40 @@ def main(argv):
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
     if FLAGS.history_json and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.history_json))):
         raise app.UsageError(f"--history_json: no directory {os.path.dirname(os.path.abspath(FLAGS.history_json))}")
+    if FLAGS.store is None:
+        for name in ("memory_budget", "spill", "overlap", "spill_dir", "selective"):
+            if FLAGS[name].present:
+                raise app.UsageError(f"--{name} applies to training from a store: add --store=DIR")
+    elif FLAGS["dataset"].present:
+        raise app.UsageError("--dataset and --store both name the data: give one")
+    if FLAGS.memory_budget is not None:
+        try:
+            memory.parse_size(FLAGS.memory_budget)
+        except ValueError as error:
+            raise app.UsageError(f"--memory_budget: {error}") from None
     logging.set_verbosity(logging.WARNING)
     tf.constant(0.0).numpy()  # TensorFlow's runtime is up before the baseline
     baseline = resident.mark()
-    dataset = load(FLAGS.dataset, FLAGS.seed)
-    runs = [train_once(dataset, FLAGS.seed + run) for run in range(FLAGS.runs)]
+    inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
+    try:
+        runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
+    except stream.MemoryBudgetError as error:
+        sys.exit(f"train.py: {error}")
     peak = baseline.peak()
     print(peak)
+    if FLAGS.store and tiers.device_peak_bytes(tiers.device_tier()) is not None:
+        print(f"device tier {tiers.device_tier()}: peak "
+              f"{resident.format_bytes(tiers.device_peak_bytes(tiers.device_tier()))} allocated")
     accuracies = [run["test"]["accuracy"] for run in runs]
     if FLAGS.history_json:
-        record = {"model": FLAGS.model, "dataset": FLAGS.dataset, "chunks": FLAGS.chunks, **runs[0],
+        chunks = inputs.graph.num_parts if FLAGS.store else FLAGS.chunks
+        record = {"model": FLAGS.model, "dataset": inputs.name, "chunks": chunks, **runs[0],
                   **peak.as_dict()}
         if FLAGS.runs > 1:
             record["runs"] = runs
         integrity.write_json_atomically(FLAGS.history_json, record)
     if FLAGS.runs > 1:
-        print(f"{FLAGS.model} on {FLAGS.dataset}: mean test accuracy {np.mean(accuracies):.4f} "
+        print(f"{FLAGS.model} on {inputs.name}: mean test accuracy {np.mean(accuracies):.4f} "
               f"(min {np.min(accuracies):.4f}, max {np.max(accuracies):.4f}) over {FLAGS.runs} runs")
     if FLAGS.profile_dir:
         print(f"profile written under {FLAGS.profile_dir} (open with TensorBoard's Profile tab)")

@@ -9,14 +9,27 @@
 Row i of features, labels and masks is vertex i. Every fit/evaluate/predict
 step sees the whole graph as one batch (nothing is sliced or shuffled),
 because a graph layer needs all of a vertex's neighbours; a tf.data.Dataset
-whose elements are such whole-graph batches is accepted too. The mask is the sample weight: vertices outside it do not count.
+whose elements are such whole-graph batches is accepted too. The mask is the
+sample weight: vertices outside it do not count.
 SAGA layers get the graph; other Keras layers (Dropout, Dense, ...) act per
 vertex. The graph is saved with the model (as a Keras asset), so
 `keras.models.load_model` gives back a working model.
+
+In place of a Graph, a model may take a chunk store (ngra_tf.runtime.open_store):
+its features, labels and masks stay on disk and every step streams chunks and
+intervals through a memory budget (ngra_tf.runtime.stream):
+
+    store = ngra_tf.runtime.open_store("reddit.store")
+    model = ngra_tf.GraphModel(store, [GCN(128, activation="relu"), GCN(41)], memory_budget="256MB")
+    model.compile(...)
+    model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"))
+
+A saved store-backed model refers to its store by path; it does not copy it.
 """
 
 from __future__ import annotations
 
+import json
 import os
 
 import keras
@@ -26,8 +39,11 @@ import tensorflow as tf
 from ngra_tf.compiler import SCHEDULES, parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf.layers.saga import SAGALayer
+from ngra_tf.runtime import integrity, memory, stream
+from ngra_tf.runtime.store import Store, VertexArray, open_store
 
 _GRAPH_ASSET = "graph.npz"
+_STORE_ASSET = "store.json"
 
 
 def masked_loss(from_logits: bool = True):
@@ -44,31 +60,60 @@ def masked_loss(from_logits: bool = True):
 class GraphModel(keras.Model):
     """A stack of layers over `graph`; SAGA layers propagate, others act per vertex."""
 
-    def __init__(self, graph: Graph | None, layers, chunks: int = 1, schedule: str = "ngra", rewrites=True,
-                 **kwargs):
+    def __init__(self, graph: Graph | Store | None, layers, chunks: int | None = None, schedule: str = "ngra",
+                 rewrites=True, memory_budget=None, spill: str = "spill", overlap: bool = True,
+                 spill_dir=None, selective: float = 0.0, **kwargs):
         super().__init__(**kwargs)
-        if graph is not None and not isinstance(graph, Graph):
-            raise TypeError(f"graph must be an ngra_tf.Graph, got {type(graph).__name__}")
+        if graph is not None and not isinstance(graph, (Graph, Store)):
+            raise TypeError(f"graph must be an ngra_tf.Graph or a store (ngra_tf.runtime.open_store), "
+                            f"got {type(graph).__name__}")
+        store = graph if isinstance(graph, Store) else None
+        if chunks is None:
+            chunks = store.num_parts if store is not None else 1
         if isinstance(chunks, bool) or int(chunks) != chunks or chunks < 1:
             raise ValueError(f"chunks must be a positive integer, got {chunks!r}")
+        if store is not None and chunks != store.num_parts:
+            raise ValueError(f"chunks={chunks}, but the store {store.path} is partitioned into {store.num_parts}: "
+                             f"leave chunks unset, or convert the graph again with --chunks={chunks}")
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
+        if spill not in stream.SPILL_POLICIES:
+            raise ValueError(f"spill must be one of {', '.join(stream.SPILL_POLICIES)}; got {spill!r}")
+        if memory_budget is not None and store is None:
+            raise ValueError("memory_budget applies to a store-backed model: convert the graph into a store "
+                             "(tools/partition_graph.py, or ngra_tf.runtime.write_store) and pass the store")
         self.chunks, self.schedule = int(chunks), schedule
         self.rewrites = sorted(parse_rewrites(rewrites))  # validated; a list keeps the config JSON-friendly
-        self.graph = graph
+        self.memory_budget = None if memory_budget is None else memory.parse_size(memory_budget)
+        if isinstance(selective, bool) or not 0.0 <= float(selective or 0.0) <= 1.0:
+            raise ValueError(f"selective must be a fraction in [0, 1] (0: off), got {selective!r}")
+        self.spill, self.overlap, self.spill_dir = spill, bool(overlap), spill_dir
+        self.selective = float(selective or 0.0)
+        self.graph = None if store is not None else graph
+        self.store = store
         self.graph_layers = list(layers)
         if not self.graph_layers:
             raise ValueError("a GraphModel needs at least one layer")
         self._pending_input_shape = None
+        self._streamer = None
 
     @property
     def partition(self):
         """The graph cut into chunks x chunks edge chunks (made once, then cached by the graph)."""
+        if self.store is not None:
+            return self.store.partition()
         if self.graph is None:
             raise ValueError("this GraphModel has no graph; pass one to the constructor")
         return self.graph.partition(self.chunks)
 
+    @property
+    def num_vertices(self) -> int:
+        return (self.store if self.store is not None else self.graph).num_vertices
+
     def call(self, features, training=None):
+        if self.store is not None:
+            raise ValueError("a store-backed GraphModel runs through fit, evaluate and predict, given "
+                             "store.array(name) as its features; it is not called on a tensor")
         partition = self.partition
         x = features
         for layer in self.graph_layers:
@@ -85,11 +130,14 @@ class GraphModel(keras.Model):
         if not self.built:
             raise ValueError("explain() describes a built model: call model.build(features.shape), "
                              "fit, evaluate or predict first")
-        p, g = self.partition, self.graph
+        p = self.partition
+        g = self.store if self.store is not None else self.graph
         nonempty = int((p.edge_counts > 0).sum())
         lines = [f"{self.name}: {g.num_vertices} vertices, {g.num_edges} edges, "
                  f"{p.num_parts}x{p.num_parts} chunks ({nonempty} non-empty, edge imbalance "
-                 f"{p.imbalance_after:.2f}), schedule {self.schedule}"]
+                 f"{p.balance()['after']:.2f}), schedule {self.schedule}"]
+        if self.store is not None:
+            lines += self._streamer_plan().describe()
         lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
         text = "\n".join(lines)
         if print_fn is not None:
@@ -99,7 +147,7 @@ class GraphModel(keras.Model):
     # ---- full-graph training ----
 
     def _check(self, x, y=None, sample_weight=None, what="fit"):
-        n = self.graph.num_vertices
+        n = self.num_vertices
         rows = getattr(x, "shape", None)
         if rows is None or len(rows) == 0 or rows[0] != n:
             raise ValueError(f"{what}: features must have one row per vertex ({n}), got shape {rows}")
@@ -118,7 +166,7 @@ class GraphModel(keras.Model):
 
     def _whole_graph(self, kwargs, *names):
         for name in ("batch_size",) + names:
-            if kwargs.pop(name, None) not in (None, self.graph.num_vertices):
+            if kwargs.pop(name, None) not in (None, self.num_vertices):
                 raise ValueError(f"a GraphModel trains on the whole graph: leave {name} unset")
         return kwargs
 
@@ -148,7 +196,12 @@ class GraphModel(keras.Model):
     def fit(self, x=None, y=None, sample_weight=None, validation_data=None, **kwargs):
         kwargs = self._whole_graph(kwargs, "validation_batch_size")
         kwargs["shuffle"] = False
-        if not isinstance(x, tf.data.Dataset):
+        if self.store is not None:
+            x, y, sample_weight = self._stream_batch(x, y, sample_weight, "fit").repeat(), None, None
+            kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
+            if validation_data is not None:
+                validation_data = self._stream_batch(*validation_data, what="fit (validation_data)")
+        elif not isinstance(x, tf.data.Dataset):
             self._build_for(x)
             self._check(x, y, sample_weight, "fit")
             x, y, sample_weight = self._graph_batch(x, y, sample_weight).repeat(), None, None
@@ -161,7 +214,9 @@ class GraphModel(keras.Model):
     def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):
         kwargs = self._whole_graph(kwargs)
         # fit's per-epoch validation passes its own (already checked) dataset.
-        if not isinstance(x, tf.data.Dataset) and not kwargs.get("_use_cached_eval_dataset"):
+        if self.store is not None and not kwargs.get("_use_cached_eval_dataset"):
+            x, y, sample_weight = self._stream_batch(x, y, sample_weight, "evaluate"), None, None
+        elif not isinstance(x, tf.data.Dataset) and not kwargs.get("_use_cached_eval_dataset"):
             self._build_for(x)
             self._check(x, y, sample_weight, "evaluate")
             x, y, sample_weight = self._graph_batch(x, y, sample_weight), None, None
@@ -169,7 +224,9 @@ class GraphModel(keras.Model):
 
     def predict(self, x, **kwargs):
         kwargs = self._whole_graph(kwargs)
-        if not isinstance(x, tf.data.Dataset):
+        if self.store is not None:
+            x = self._stream_batch(x, what="predict")
+        elif not isinstance(x, tf.data.Dataset):
             self._build_for(x)
             self._check(x, what="predict")
             x = self._graph_batch(x)
@@ -180,11 +237,122 @@ class GraphModel(keras.Model):
             self.build(tuple(x.shape))
 
     def build(self, input_shape):
-        # One forward pass on zeros builds every layer with its true shapes
-        # (self.call, not self(): __call__ would come back here to build).
         self._input_shape = tuple(input_shape)
-        self.call(tf.zeros(self._input_shape, dtype=self.compute_dtype))
+        if self.store is not None:
+            # Layer by layer on a few rows: a store's features are never read whole.
+            x = tf.zeros((2,) + self._input_shape[1:], dtype=self.compute_dtype)
+            for layer in self.graph_layers:
+                if isinstance(layer, SAGALayer):
+                    x = tf.zeros((2,) + tuple(layer.compute_output_shape(tuple(x.shape)))[1:], x.dtype)
+                else:
+                    x = layer(x)
+        else:
+            # One forward pass on zeros builds every layer with its true shapes
+            # (self.call, not self(): __call__ would come back here to build).
+            self.call(tf.zeros(self._input_shape, dtype=self.compute_dtype))
         self.built = True
+
+    # ---- store-backed models: streamed steps ----
+
+    def compile(self, *args, **kwargs):
+        if self.store is not None:
+            # A streamed step is a Python loop over chunks that loads and spills between
+            # them (each step's ops run as they are issued), not one traced graph.
+            if kwargs.get("jit_compile") is True:
+                raise ValueError("a store-backed GraphModel cannot be compiled with XLA (jit_compile=True)")
+            kwargs["run_eagerly"], kwargs["jit_compile"] = True, False
+        super().compile(*args, **kwargs)
+
+    def _stream_batch(self, x=None, y=None, sample_weight=None, what="fit"):
+        """A one-element dataset (features name, labels, mask) in the store's interval order."""
+        store = self.store
+        if x is None:
+            x = store.array("features")
+        if not isinstance(x, VertexArray) or x.store is not store:
+            raise ValueError(f"{what}: a store-backed model reads its features from its store: pass "
+                             f"store.array(name) of {store.path}, got {type(x).__name__}")
+        if y is None and sample_weight is not None:
+            raise ValueError("sample_weight (the vertex mask) needs labels")
+        if not self.built:
+            self.build(x.shape)
+        self.streamer()  # plans the steps now: a budget that is too small fails before any work
+        parts = [tf.constant([x.name])]
+        for name, value in (("labels", y), ("sample_weight (the vertex mask)", sample_weight)):
+            if value is None:
+                continue
+            if isinstance(value, VertexArray):
+                rows = value.read(order="interval")
+            else:
+                rows = np.asarray(value)
+                if rows.shape[:1] != (store.num_vertices,):
+                    raise ValueError(f"{what}: {name} must have one entry per vertex ({store.num_vertices}), "
+                                     f"got shape {rows.shape}")
+                rows = rows[store.order]
+            parts.append(tf.cast(rows, tf.float32) if "mask" in name else tf.convert_to_tensor(rows))
+        if y is not None:
+            self._check_labels(parts[1].numpy(), what)
+        return tf.data.Dataset.from_tensors(tuple(parts))
+
+    def _check_labels(self, labels, what):
+        classes = self.compute_output_shape(self._input_shape)[-1]
+        if np.issubdtype(labels.dtype, np.integer) and labels.size and classes is not None:
+            low, high = int(labels.min()), int(labels.max())
+            if low < 0 or high >= classes:
+                raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
+                                 f"{classes} outputs, got {low if low < 0 else high}")
+
+    def _streamer_plan(self) -> stream.Plan:
+        return stream.Plan(self, self.store, self.memory_budget, self.spill)
+
+    def streamer(self) -> stream.Streamer:
+        """The streamed executor of a store-backed model (made once: its plan checks the memory budget)."""
+        if self._streamer is None:
+            plan = self._streamer_plan()
+            plan.check()
+            host = "disk" if self.spill_dir is not None else plan.host
+            self._streamer = stream.Streamer(self, self.store, spill=self.spill, host=host,
+                                             spill_dir=self.spill_dir, overlap=self.overlap,
+                                             selective=self.selective)
+        return self._streamer
+
+    def _streamed(self, data):
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        streamer = self.streamer()
+        streamer.features = x.numpy()[0].decode()
+        return streamer, y, sample_weight
+
+    def train_step(self, data):
+        if self.store is None:
+            return super().train_step(data)
+        streamer, y, sample_weight = self._streamed(data)
+        output = streamer.forward(training=True, for_backward=True)
+        logits = streamer.gather_output(output)
+        weights = self.trainable_weights
+        with tf.GradientTape() as tape:
+            tape.watch(logits)
+            loss = self._compute_loss(y=y, y_pred=logits, sample_weight=sample_weight, training=True)
+            self._loss_tracker.update_state(loss, sample_weight=1)
+            scaled = self.optimizer.scale_loss(loss)
+        d_logits, *direct = stream.gradients(tape, scaled, [logits] + weights)
+        streamed = streamer.backward(output, streamer.split(d_logits), weights)
+        self.optimizer.apply_gradients(zip([a + b for a, b in zip(streamed, direct)], weights))
+        return self.compute_metrics(None, y, logits, sample_weight=sample_weight)
+
+    def test_step(self, data):
+        if self.store is None:
+            return super().test_step(data)
+        streamer, y, sample_weight = self._streamed(data)
+        logits = streamer.infer()
+        loss = self._compute_loss(y=y, y_pred=logits, sample_weight=sample_weight, training=False)
+        self._loss_tracker.update_state(loss, sample_weight=1)
+        return self.compute_metrics(None, y, logits, sample_weight=sample_weight)
+
+    def predict_step(self, data):
+        if self.store is None:
+            return super().predict_step(data)
+        streamer, _, _ = self._streamed(data)
+        logits = streamer.infer()
+        return tf.gather(logits, self.store.partition().position_tensor())  # the user's vertex order
 
     def compute_output_shape(self, input_shape):
         shape = tuple(input_shape)
@@ -201,14 +369,31 @@ class GraphModel(keras.Model):
             "chunks": self.chunks,
             "schedule": self.schedule,
             "rewrites": list(self.rewrites),
+            # A store-backed model refers to its store (by absolute path); it does not copy it.
+            "store": None if self.store is None else self.store.path,
+            "memory_budget": self.memory_budget,
+            "spill": self.spill,
+            "overlap": self.overlap,
+            "spill_dir": None if self.spill_dir is None else os.fspath(self.spill_dir),
+            "selective": self.selective,
         }
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
         layers = [keras.saving.deserialize_keras_object(c, custom_objects=custom_objects)
                   for c in config["layers"]]
-        return cls(None, layers, chunks=config.get("chunks", 1), schedule=config.get("schedule", "ngra"),
-                   rewrites=config.get("rewrites", True), name=config.get("name"))
+        store = None
+        if config.get("store") is not None:
+            try:
+                store = open_store(config["store"])
+            except ValueError as error:
+                raise ValueError(f"this model was saved over the store {config['store']}, which cannot be opened "
+                                 f"now: {error}") from None
+        return cls(store, layers, chunks=config.get("chunks", 1), schedule=config.get("schedule", "ngra"),
+                   rewrites=config.get("rewrites", True), memory_budget=config.get("memory_budget"),
+                   spill=config.get("spill", "spill"), overlap=config.get("overlap", True),
+                   spill_dir=config.get("spill_dir"), selective=config.get("selective", 0.0),
+                   name=config.get("name"))
 
     def get_build_config(self):
         return {"input_shape": self._input_shape} if self.built else {}
@@ -228,6 +413,12 @@ class GraphModel(keras.Model):
         self.compile(**keras.saving.deserialize_keras_object(config))
 
     def save_assets(self, dir_path):
+        if self.store is not None:  # the store itself stays where it is; record what it was, to check on load
+            store = self.store
+            integrity.write_json_atomically(os.path.join(dir_path, _STORE_ASSET), {
+                "path": store.path, "num_vertices": store.num_vertices, "num_edges": store.num_edges,
+                "num_parts": store.num_parts})
+            return
         g = self.graph
         arrays = {"src": g.src, "dst": g.dst, "num_vertices": np.int64(g.num_vertices)}
         if g.edge_data is not None:
@@ -235,13 +426,24 @@ class GraphModel(keras.Model):
         np.savez(os.path.join(dir_path, _GRAPH_ASSET), **arrays)
 
     def load_assets(self, dir_path):
-        with np.load(os.path.join(dir_path, _GRAPH_ASSET)) as stored:
-            data = stored["edge_data"] if "edge_data" in stored else None
-            # src, dst and edge_data were saved in the user's order; from_edges rebuilds the same edge order.
-            self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)
+        if self.store is None:
+            self._load_graph(dir_path)
+        else:
+            with open(os.path.join(dir_path, _STORE_ASSET)) as stream:
+                saved = json.load(stream)
+            found = {key: getattr(self.store, key) for key in ("num_vertices", "num_edges", "num_parts")}
+            if any(saved[key] != value for key, value in found.items()):
+                raise ValueError(f"the store at {self.store.path} is not the one this model was saved with: "
+                                 f"it has {found}, the model was trained over {saved}")
         if self._pending_input_shape is not None:
             self.build(tuple(self._pending_input_shape))
             # Compiled before it was built, the optimizer has no slots yet to load into.
             optimizer = getattr(self, "optimizer", None)
             if optimizer is not None and not optimizer.built:
                 optimizer.build(self.trainable_variables)
+
+    def _load_graph(self, dir_path):
+        with np.load(os.path.join(dir_path, _GRAPH_ASSET)) as stored:
+            data = stored["edge_data"] if "edge_data" in stored else None
+            # src, dst and edge_data were saved in the user's order; from_edges rebuilds the same edge order.
+            self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)

@@ -6,7 +6,7 @@ import math
 
 
 def ratio_chart(path: str, title: str, groups: list[str], series: dict[str, list[float | None]],
-                note: str = "") -> bool:
+                note: str = "", xlabel: str = "ratio (peer time / ngra-tf time; > 1: ngra-tf is faster)") -> bool:
     """Writes a PNG of grouped horizontal bars, one group per row label, one bar per series.
 
     Ratios are drawn on a log scale with a line at 1x (above 1: ngra-tf is
@@ -26,7 +26,7 @@ def ratio_chart(path: str, title: str, groups: list[str], series: dict[str, list
     fig, ax = plt.subplots(figsize=(8, 0.35 * len(groups) * max(len(names), 1) + 1.6))
     for i, name in enumerate(names):
         values = series[name]
-        rows = [g for g, v in enumerate(values) if v]
+        rows = [g for g, v in enumerate(values) if v and math.isfinite(v)]
         ax.barh([r + i * height for r in rows], [values[r] for r in rows], height, label=name)
         for r in rows:
             ax.text(values[r], r + i * height, f" {values[r]:.2f}x", va="center", fontsize=7)
@@ -37,7 +37,7 @@ def ratio_chart(path: str, title: str, groups: list[str], series: dict[str, list
         ax.set_xlim(min(0.5, min(finite) / 1.5), max(finite) * 2.5)
     ax.set_yticks([g + height * (len(names) - 1) / 2 for g in range(len(groups))], groups, fontsize=8)
     ax.invert_yaxis()
-    ax.set_xlabel("ratio (peer time / ngra-tf time; > 1: ngra-tf is faster)")
+    ax.set_xlabel(xlabel)
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=8, loc="lower right")
     if note:

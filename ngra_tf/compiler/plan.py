@@ -1,11 +1,15 @@
 """Running a compiled layer over a partitioned graph, chunk by chunk (NGra §3.1, Fig. 4).
 
-    vertex stage      hoisted S/D/V sub-graphs on all vertex rows (the user's order)
-    split             each tensor the chunks read, cut into the P vertex intervals
+    vertex stage      hoisted S/D/V sub-graphs on vertex rows (all of them, or one interval's)
     edge steps        per chunk C[i][j]: fused_gather, or scatter -> edge ops -> gather,
                       reducing in place into the accumulator A[j] of its column
     vertex steps      ApplyVertex(A[j]) for interval j
-    merge             intervals back to the user's vertex order
+
+`LayerSteps` holds these pieces for one compiled layer; `run` composes them
+over an in-memory partition into one graph (the vertex stage on all rows,
+cut into intervals, merged back at the end), and the streaming runtime
+(ngra_tf.runtime.stream) composes the same pieces one interval or chunk at
+a time, loading and spilling between them.
 
 A *schedule* orders the steps (NGra §6.2):
 
@@ -47,6 +51,15 @@ def schedule_steps(schedule: str, num_parts: int):
     raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
 
 
+def column_sources(partition, j: int) -> list:
+    """The source intervals i whose chunk C[i][j] has edges, in order."""
+    return [i for i in range(partition.num_parts) if partition.edge_counts[i, j]]
+
+
+def interval_rows(partition, part: int) -> int:
+    return int(partition.bounds[part + 1] - partition.bounds[part])
+
+
 class ColumnAccumulator:
     """A[j] for one reducer: column j's chunks reduce into it in place, in source order.
 
@@ -64,12 +77,16 @@ class ColumnAccumulator:
     empty rows are the column's, and get the kernel's 0). The last chunk's
     result is then the column's. Every schedule runs a column's chunks in
     source order, so all give the same bits.
+
+    `partition` answers edge_counts and in_degree(i, j) (a Partition, or a
+    store's view of one, which reads only the chunks' CSC pointers).
     """
 
-    def __init__(self, reduce, chunks, feature_shape, dtype):
+    def __init__(self, reduce, partition, j: int, feature_shape, dtype):
         self.reduce = reduce
-        self.chunks = [c for c in chunks if c.num_edges]
-        self.single = len(self.chunks) <= 1
+        self.partition, self.j = partition, j
+        self.sources = column_sources(partition, j)
+        self.single = len(self.sources) <= 1
         self.feature_shape, self.dtype = list(feature_shape), tf.as_dtype(dtype)
         self.value = None
         self._reduced = 0
@@ -78,22 +95,35 @@ class ColumnAccumulator:
     def chunk_reduce(self):
         return self.reduce if self.single or self.reduce in ("max", "min") else "sum"
 
-    def reduce_chunk(self, chunk, kernel):
-        """kernel(reduce, init) reduces `chunk` (the column's next in source order) into init; returns A[j]."""
-        expected = self.chunks[self._reduced] if self._reduced < len(self.chunks) else None
-        if chunk is not expected:
-            raise RuntimeError(f"{chunk} reduced out of order: the column's next chunk is {expected}")
-        init = self.value if self.value is not None else self._start()
-        self.value = kernel(self.chunk_reduce, init)
+    @property
+    def chained_by_value(self) -> bool:
+        """Whether a chunk's gradient depends on the value it reduced into (max/min chains do; sums do not)."""
+        return self.chunk_reduce in ("max", "min") and not self.single
+
+    def next_init(self, i):
+        """The init of chunk C[i][j], which must be the column's next in source order."""
+        expected = self.sources[self._reduced] if self._reduced < len(self.sources) else None
+        if i != expected:
+            raise RuntimeError(f"chunk C[{i}][{self.j}] reduced out of order: the column's next chunk is "
+                               f"{'none' if expected is None else f'C[{expected}][{self.j}]'}")
+        return self.value if self.value is not None else self.start()
+
+    def accept(self, value):
+        """The column's value after its next chunk."""
+        self.value = value
         self._reduced += 1
+
+    def reduce_chunk(self, i, kernel):
+        """kernel(reduce, init) reduces chunk C[i][j] into init; returns A[j]."""
+        self.accept(kernel(self.chunk_reduce, self.next_init(i)))
         return self.value
 
-    def _start(self):
+    def start(self):
         """The first chunk's init: None, or the max/min start on the rows it does not see."""
-        if self.single or self.reduce not in ("max", "min"):
+        if not self.chained_by_value:
             return None
         reached = self.in_degree > 0
-        if np.all((self.chunks[0].adjacency.in_degree() > 0) == reached):
+        if np.all((self.partition.in_degree(self.sources[0], self.j) > 0) == reached):
             return None
         fill = np.inf if self.reduce == "min" else -np.inf
         start = np.where(reached, fill, 0).astype(self.dtype.as_numpy_dtype)
@@ -103,19 +133,162 @@ class ColumnAccumulator:
     @functools.cached_property
     def in_degree(self):
         """The column's in-degree per destination row, over all its chunks."""
-        return sum(c.adjacency.in_degree() for c in self.chunks)
+        rows = interval_rows(self.partition, self.j)
+        return sum((self.partition.in_degree(i, self.j) for i in self.sources), np.zeros(rows, np.int64))
 
-    def result(self, num_rows):
-        if self.value is None:
-            return tf.zeros([num_rows] + self.feature_shape, self.dtype)
+    def finish(self, value):
+        """A[j] from the last chunk's value (None: a column without edges)."""
+        if value is None:
+            return tf.zeros([interval_rows(self.partition, self.j)] + self.feature_shape, self.dtype)
         if self.single or self.reduce != "mean":
-            return self.value
-        return self.value / _column(np.maximum(self.in_degree, 1).astype(self.value.dtype.as_numpy_dtype), self.value)
+            return value
+        return value / _column(np.maximum(self.in_degree, 1).astype(value.dtype.as_numpy_dtype), value)
+
+    def result(self):
+        return self.finish(self.value)
 
 
 def _column(values: np.ndarray, like):
     """values [rows] shaped to broadcast against `like` [rows, ...]."""
     return tf.reshape(tf.constant(values), [-1] + [1] * (like.shape.rank - 1))
+
+
+class LayerSteps:
+    """The pieces of a compiled layer that plans compose: hoist, chunk, column softmax, vertex.
+
+    Vertex-stage values travel as dicts {key: tensor} of per-vertex rows:
+    `source_keys` are what a chunk reads from its source interval,
+    `dest_keys` from its destination interval, `vertex_keys` what the vertex
+    step reads.
+    """
+
+    def __init__(self, program: LayerProgram, variables):
+        self.program = program
+        self.edge_replay, self.vertex_replay = Replay(program.edge, variables), Replay(program.vertex, variables)
+        self.feature_shape, self.dtype = program.accum_spec()
+        edge, fused = program.edge, program.fused
+        if fused is not None:
+            self.source_keys = ["fused_src"]
+            self.dest_keys = [] if fused.dst is None else ["d:" + fused.dst.name]
+        else:
+            self.source_keys = ["s:" + t.name for t in program.src_frontier]
+            self.dest_keys = ["d:" + t.name for t in program.dst_frontier]
+        self.vertex_keys = ["v:" + t.name for t in program.vertex_frontier]
+        self.column_wide = bool(edge.markers)  # an edge.softmax normalises over a whole column
+
+    def check_chunkable(self, num_parts: int):
+        if num_parts > 1 and not self.program.chunkable:
+            name, reason = self.program.edge.mixing_ops[0]
+            raise ValueError(f"{self.program.name}: apply_edge mixes edges ({name}, {reason}), so its result "
+                             "would change with the chunking; run it with chunks=1")
+
+    def hoist(self, x, keys=None) -> dict:
+        """The vertex stage on vertex rows x: {key: rows} for `keys` (default: all of them)."""
+        program, edge = self.program, self.program.edge
+        keys = set(self.source_keys + self.dest_keys + self.vertex_keys if keys is None else keys)
+        values = {}
+        with tf.name_scope("ApplyEdge/Hoisted"):
+            src = [t for t in program.src_frontier if "s:" + t.name in keys or "fused_src" in keys]
+            dst = [t for t in program.dst_frontier if "d:" + t.name in keys]
+            for t, value in zip(src, self.edge_replay.evaluate(src, {edge.inputs["src"].name: x})):
+                values["s:" + t.name] = value
+            for t, value in zip(dst, self.edge_replay.evaluate(dst, {edge.inputs["dst"].name: x})):
+                values["d:" + t.name] = value
+            if "fused_src" in keys:
+                operand = [values["s:" + t.name] for t in program.fused.src]
+                if program.narrow is not None:
+                    operand = self.vertex_replay.evaluate(
+                        program.narrow.outputs, {program.vertex.inputs["accum"].name: operand[0]})[:1]
+                values["fused_src"] = operand[0] if len(operand) == 1 else tf.stack(operand, axis=1)
+        vertex = [t for t in program.vertex_frontier if "v:" + t.name in keys]
+        with tf.name_scope("ApplyVertex/Hoisted"):
+            for t, value in zip(vertex, self.vertex_replay.evaluate(
+                    vertex, {program.vertex.inputs["vertex"].name: x})):
+                values["v:" + t.name] = value
+        return {key: value for key, value in values.items() if key in keys}
+
+    def accumulators(self, partition, j: int) -> list:
+        return [ColumnAccumulator(r, partition, j, self.feature_shape, self.dtype) for r in self.program.reduces]
+
+    def _data_feed(self, chunk):
+        edge = self.program.edge
+        if "data" not in edge.inputs:
+            return {}
+        data = chunk.edge_data_tensor()
+        spec = edge.inputs["data"]
+        if data.dtype.is_floating and data.dtype != spec.dtype:
+            data = tf.cast(data, spec.dtype)
+        return {spec.name: data}
+
+    def _chunk_memo(self, chunk, src: dict, dst: dict):
+        """The edge-stage inputs of a chunk, scattered from its interval rows."""
+        program = self.program
+        feeds = self._data_feed(chunk)
+        with tf.name_scope("Scatter"):
+            for t in program.src_frontier:
+                feeds[t.name] = propagation.scatter(chunk, src["s:" + t.name])
+            for t in program.dst_frontier:
+                feeds[t.name] = propagation.scatter_side(chunk, dst["d:" + t.name], "dst")
+        return feeds  # the replay's memo: evaluation starts from these
+
+    def column_memos(self, partition, j: int, chunks: dict, sources: dict, dst: dict) -> dict:
+        """{i: memo} of column j's chunks with every edge.softmax normalised over the column.
+
+        chunks and sources map each i of column_sources(partition, j) to its
+        chunk and its source-interval rows.
+        """
+        edge = self.program.edge
+        memos = {i: self._chunk_memo(chunks[i], sources[i], dst) for i in chunks}
+        for name in edge.markers:  # graph order: a later softmax may read an earlier one
+            marker = edge.graph.get_operation_by_name(name)
+            with tf.name_scope("ApplyEdge"):
+                scores = {i: self.edge_replay.evaluate(marker.inputs[:1], memo=m)[0] for i, m in memos.items()}
+                for i, weights in _column_softmax(partition, j, chunks, scores).items():
+                    memos[i][marker.outputs[0].name] = weights
+        return memos
+
+    def chunk_values(self, chunk, src: dict, dst: dict, inits: list, reduces: list, memo=None) -> list:
+        """Chunk C[i][j] reduced into each init with each reducer (one value per reducer).
+
+        `memo` (from column_memos) is required for column-wide layers.
+        """
+        fused = self.program.fused
+        if fused is not None:
+            operand = None
+            if fused.edge_operand is not None:
+                operand = self.edge_replay.evaluate([fused.edge_operand], self._data_feed(chunk))[0]
+                if fused.program == "src_mul_edge":
+                    operand = tf.reshape(operand, [-1, *fused.weight_shape])
+            x_dst = None if fused.dst is None else dst["d:" + fused.dst.name]
+            with tf.name_scope("FusedGather"):
+                return [propagation.fused_gather(chunk, src["fused_src"], x_dst, operand, fused.program,
+                                                 reduce=r, init=init) for init, r in zip(inits, reduces)]
+        if memo is None:
+            if self.column_wide:
+                raise RuntimeError("a column-wide layer's chunk needs its column's memo (column_memos)")
+            memo = self._chunk_memo(chunk, src, dst)
+        with tf.name_scope("ApplyEdge"):
+            messages = self.edge_replay.evaluate([self.program.edge.output], memo=memo)[0]
+        with tf.name_scope("Gather"):
+            return [propagation.gather(chunk, messages, reduce=r, init=init) for init, r in zip(inits, reduces)]
+
+    def reduce_chunk(self, accumulators: list, i: int, chunk, src: dict, dst: dict, memo=None):
+        """Chunk C[i][j] into its column's accumulators; returns the last one's value."""
+        values = self.chunk_values(chunk, src, dst, [acc.next_init(i) for acc in accumulators],
+                                   [acc.chunk_reduce for acc in accumulators], memo)
+        for acc, value in zip(accumulators, values):
+            acc.accept(value)
+        return values[-1]
+
+    def vertex(self, accumulated: list, vertex_rows: dict):
+        """ApplyVertex on interval j from its finished accumulators (one per reducer)."""
+        program = self.program
+        accum = accumulated[0] if len(accumulated) == 1 else tf.concat(accumulated, axis=-1)
+        feeds = {t.name: vertex_rows["v:" + t.name] for t in program.vertex_frontier}
+        target = program.narrow.outputs[0] if program.narrow is not None else program.vertex.inputs["accum"]
+        feeds[target.name] = accum
+        with tf.name_scope("ApplyVertex"):
+            return self.vertex_replay.evaluate([program.vertex.output], feeds)[0]
 
 
 class Intervals:
@@ -156,112 +329,39 @@ def _permute(x, index, inverse):
 
 
 def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
-    """The layer's output for vertex rows x (in the user's order) over `partition`."""
+    """The layer's output for vertex rows x (in the user's order) over an in-memory `partition`."""
     P = partition.num_parts
-    if P > 1 and not program.chunkable:
-        name, reason = program.edge.mixing_ops[0]
-        raise ValueError(f"{program.name}: apply_edge mixes edges ({name}, {reason}), so its result would "
-                         "change with the chunking; run it with chunks=1")
-    steps = schedule_steps(schedule, P)
-    edge_replay, vertex_replay = Replay(program.edge, variables), Replay(program.vertex, variables)
-    edge, fused = program.edge, program.fused
-
-    # The vertex stage: what every chunk reads, computed once per vertex.
-    with tf.name_scope("ApplyEdge/Hoisted"):
-        src_values = dict(zip([t.name for t in program.src_frontier],
-                              edge_replay.evaluate(program.src_frontier, {edge.inputs["src"].name: x})))
-        dst_values = dict(zip([t.name for t in program.dst_frontier],
-                              edge_replay.evaluate(program.dst_frontier, {edge.inputs["dst"].name: x})))
-        if fused is not None:
-            src_operand = [src_values[t.name] for t in fused.src]
-            if program.narrow is not None:
-                src_operand = vertex_replay.evaluate(program.narrow.outputs,
-                                                     {program.vertex.inputs["accum"].name: src_operand[0]})[:1]
-            src_operand = src_operand[0] if len(src_operand) == 1 else tf.stack(src_operand, axis=1)
-    with tf.name_scope("ApplyVertex/Hoisted"):
-        vertex_values = vertex_replay.evaluate(program.vertex_frontier, {program.vertex.inputs["vertex"].name: x})
-
+    steps = LayerSteps(program, variables)
+    steps.check_chunkable(P)
+    order = schedule_steps(schedule, P)
+    hoisted = steps.hoist(x)  # the vertex stage: what every chunk reads, computed once per vertex
     intervals = Intervals(partition)
-    feature_shape, dtype = program.accum_spec()
-    accumulators = {j: [ColumnAccumulator(r, [partition.chunk(i, j) for i in range(P)], feature_shape, dtype)
-                        for r in program.reduces]
-                    for j in range(P)}
-    column_memos = {}
-    outputs, last = {}, []
 
-    def data_feed(chunk):
-        if "data" not in edge.inputs:
-            return {}
-        data = chunk.edge_data_tensor()
-        spec = edge.inputs["data"]
-        if data.dtype.is_floating and data.dtype != spec.dtype:
-            data = tf.cast(data, spec.dtype)
-        return {spec.name: data}
+    def rows(keys, part):
+        return {key: intervals.block(key, hoisted[key], part) for key in keys}
 
-    def chunk_memo(i, j):
-        """The edge-stage inputs of chunk C[i][j], scattered from their intervals."""
-        chunk = partition.chunk(i, j)
-        feeds = data_feed(chunk)
-        with tf.name_scope("Scatter"):
-            for t in program.src_frontier:
-                feeds[t.name] = propagation.scatter(chunk, intervals.block("s:" + t.name, src_values[t.name], i))
-            for t in program.dst_frontier:
-                block = intervals.block("d:" + t.name, dst_values[t.name], j)
-                feeds[t.name] = propagation.scatter_side(chunk, block, "dst")
-        return feeds  # the replay's memo: evaluation starts from these
-
-    def column(j):
-        """Memos of column j's chunks, with every edge.softmax normalised over the whole column."""
-        if j not in column_memos:
-            memos = {i: chunk_memo(i, j) for i in range(P) if partition.chunk(i, j).num_edges}
-            for name in edge.markers:  # graph order: a later softmax may read an earlier one
-                marker = edge.graph.get_operation_by_name(name)
-                with tf.name_scope("ApplyEdge"):
-                    scores = {i: edge_replay.evaluate(marker.inputs[:1], memo=m)[0] for i, m in memos.items()}
-                    for i, weights in _column_softmax(partition, j, scores).items():
-                        memos[i][marker.outputs[0].name] = weights
-            column_memos[j] = memos
-        return column_memos[j]
+    accumulators = {j: steps.accumulators(partition, j) for j in range(P)}
+    column_memos, outputs, last = {}, {}, []
 
     def edge_step(i, j):
-        chunk = partition.chunk(i, j)
-        if not chunk.num_edges:
+        if not partition.edge_counts[i, j]:
             return None
-        results = []
-        if fused is not None:
-            operand = None
-            if fused.edge_operand is not None:
-                operand = edge_replay.evaluate([fused.edge_operand], data_feed(chunk))[0]
-                if fused.program == "src_mul_edge":
-                    operand = tf.reshape(operand, [-1, *fused.weight_shape])
-            x_dst = None if fused.dst is None else intervals.block("d:" + fused.dst.name, dst_values[fused.dst.name], j)
-            x_src = intervals.block("fused_src", src_operand, i)
-            with tf.name_scope("FusedGather"):
-                for acc in accumulators[j]:
-                    results.append(acc.reduce_chunk(chunk, functools.partial(
-                        propagation.fused_gather, chunk, x_src, x_dst, operand, fused.program)))
-        else:
-            memo = column(j)[i] if edge.markers else chunk_memo(i, j)
-            with tf.name_scope("ApplyEdge"):
-                messages = edge_replay.evaluate([edge.output], memo=memo)[0]
-            with tf.name_scope("Gather"):
-                results = [acc.reduce_chunk(chunk, functools.partial(propagation.gather, chunk, messages))
-                           for acc in accumulators[j]]
-        return results[-1]
+        memo = None
+        if steps.column_wide:
+            if j not in column_memos:
+                sources = column_sources(partition, j)
+                column_memos[j] = steps.column_memos(
+                    partition, j, {s: partition.chunk(s, j) for s in sources},
+                    {s: rows(steps.source_keys, s) for s in sources}, rows(steps.dest_keys, j))
+            memo = column_memos[j][i]
+        return steps.reduce_chunk(accumulators[j], i, partition.chunk(i, j), rows(steps.source_keys, i),
+                                  rows(steps.dest_keys, j), memo)
 
     def vertex_step(j):
-        rows = int(partition.bounds[j + 1] - partition.bounds[j])
-        parts = [acc.result(rows) for acc in accumulators[j]]
-        accum = parts[0] if len(parts) == 1 else tf.concat(parts, axis=-1)
-        feeds = {t.name: intervals.block("v:" + t.name, value, j)
-                 for t, value in zip(program.vertex_frontier, vertex_values)}
-        target = program.narrow.outputs[0] if program.narrow is not None else program.vertex.inputs["accum"]
-        feeds[target.name] = accum
-        with tf.name_scope("ApplyVertex"):
-            outputs[j] = vertex_replay.evaluate([program.vertex.output], feeds)[0]
+        outputs[j] = steps.vertex([acc.result() for acc in accumulators[j]], rows(steps.vertex_keys, j))
         return outputs[j]
 
-    for step in steps:
+    for step in order:
         with tf.control_dependencies(last), tf.name_scope(_step_name(step)):
             result = edge_step(*step[1:]) if step[0] == "edge" else vertex_step(step[1])
         if result is not None and not tf.executing_eagerly():
@@ -273,22 +373,20 @@ def _step_name(step):
     return f"C{step[1]}_{step[2]}" if step[0] == "edge" else f"V{step[1]}"
 
 
-def _column_softmax(partition, j, scores: dict):
+def _column_softmax(partition, j, chunks: dict, scores: dict):
     """Per-destination softmax over column j, from per-chunk scores {i: [E_ij, ...]}."""
-    chunks = {i: partition.chunk(i, j) for i in scores}
     if len(chunks) == 1:
         (i, chunk), = chunks.items()
         return {i: edge_softmax(chunk, scores[i])}
     with tf.name_scope("EdgeSoftmax"):
-        rows = int(partition.bounds[j + 1] - partition.bounds[j])
         any_scores = next(iter(scores.values()))
         shape, dtype = any_scores.shape[1:], any_scores.dtype
 
         def column_reduce(reduce, values):
-            acc = ColumnAccumulator(reduce, chunks.values(), shape, dtype)
+            acc = ColumnAccumulator(reduce, partition, j, shape, dtype)
             for i, chunk in chunks.items():
-                acc.reduce_chunk(chunk, functools.partial(propagation.gather, chunk, values[i]))
-            return acc.result(rows)
+                acc.reduce_chunk(i, functools.partial(propagation.gather, chunk, values[i]))
+            return acc.result()
 
         peak = tf.stop_gradient(column_reduce("max", scores))
         weights = {i: tf.exp(scores[i] - propagation.scatter_side(c, peak, "dst")) for i, c in chunks.items()}

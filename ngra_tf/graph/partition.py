@@ -205,6 +205,10 @@ class Partition:
     def chunk(self, src_part: int, dst_part: int) -> Chunk:
         return self._chunks[src_part][dst_part]
 
+    def in_degree(self, src_part: int, dst_part: int) -> np.ndarray:
+        """In-degree of interval dst_part's vertices within chunk (src_part, dst_part)."""
+        return self.chunk(src_part, dst_part).adjacency.in_degree()
+
     @property
     def chunks(self):
         """The chunks as a P x P nested list, [src_part][dst_part]."""

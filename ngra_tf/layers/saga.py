@@ -16,6 +16,8 @@ A layer is called on vertex features with the graph it runs over:
 
 from __future__ import annotations
 
+import contextlib
+
 import keras
 import tensorflow as tf
 
@@ -173,9 +175,23 @@ class SAGALayer(keras.layers.Layer):
         if key not in self._programs:
             if not self._probed:
                 self.compute_output_shape(tuple(inputs.shape))  # builds sublayers, eagerly
-            self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites)
+            with self._training_context(training):
+                self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites)
         self.program = self._programs[key]
         return self.program
+
+    @contextlib.contextmanager
+    def _training_context(self, training):
+        """Sublayers traced by the compiler see `training` as inside layer(x, training=...), also when the
+        streaming runtime compiles the layer without calling it."""
+        context = self._get_call_context()
+        previous = context.get_value("training")
+        context.set_value("training", bool(training))
+        try:
+            yield
+        finally:
+            context.set_value("training", previous)
+            self._maybe_reset_call_context()
 
     def explain(self) -> str:
         """What the compiler made of this layer: typing, hoisting, fusion, narrowing."""

@@ -205,6 +205,11 @@ class Store:
         self._check_parts(part)
         return _nbytes(self._layout.vertex(name, part))
 
+    def array(self, name: str) -> "VertexArray":
+        """Vertex array `name` as a handle to pass to a store-backed GraphModel's fit / evaluate / predict."""
+        self._check_name(name)
+        return VertexArray(self, name)
+
     def partition(self) -> "StorePartition":
         """A Partition-like view whose chunks are read from disk when asked for."""
         view = self.__dict__.get("_partition")
@@ -366,6 +371,30 @@ def _rows_shape(shape, rows):
     return tuple(shape) if rows is None else (rows[1] - rows[0],) + tuple(shape[1:])
 
 
+class VertexArray:
+    """A handle on one vertex array of a store: its shape and dtype, read only when asked.
+
+    Given as `x` to a store-backed GraphModel, the model streams it interval
+    by interval; given as labels or a mask, it is read whole (one value per
+    vertex) with read().
+    """
+
+    def __init__(self, store: Store, name: str):
+        self.store, self.name = store, name
+        row_shape, self.dtype = store.vertex_spec(name)
+        self.shape = (store.num_vertices,) + tuple(row_shape)
+
+    def read(self, order: str = "user") -> np.ndarray:
+        """Every row, in the user's vertex order (order="user") or the store's interval order ("interval")."""
+        if order not in ("user", "interval"):
+            raise ValueError(f"order must be 'user' or 'interval', got {order!r}")
+        rows = np.concatenate([self.store.vertex_rows(self.name, part) for part in range(self.store.num_parts)])
+        return rows if order == "interval" else rows[self.store.position]
+
+    def __repr__(self):
+        return f"VertexArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, store={self.store.path!r})"
+
+
 class StorePartition:
     """The Partition interface over a store: intervals in memory, chunks read from disk on each call."""
 
@@ -375,6 +404,7 @@ class StorePartition:
         self.bounds, self.order, self.position = store.bounds, store.order, store.position
         self.edge_counts = store.edge_counts
         self.identity_order = bool(np.array_equal(self.order, np.arange(store.num_vertices)))
+        self._in_degrees = {}
 
     def vertices(self, part: int) -> np.ndarray:
         """The original ids of interval `part`, in local-id order."""
@@ -382,6 +412,14 @@ class StorePartition:
 
     def chunk(self, src_part: int, dst_part: int) -> Chunk:
         return self.store.chunk(src_part, dst_part)
+
+    def in_degree(self, src_part: int, dst_part: int) -> np.ndarray:
+        """In-degree of interval dst_part's vertices within a chunk: read from its CSC pointers only (cached)."""
+        key = (src_part, dst_part)
+        if key not in self._in_degrees:
+            indptr = self.store.chunk_arrays(src_part, dst_part, names=("csc_indptr",))["csc_indptr"]
+            self._in_degrees[key] = np.diff(indptr).astype(np.int64)
+        return self._in_degrees[key]
 
     def order_tensor(self):
         """order as a cached int tensor: gathers user-ordered rows into interval order."""

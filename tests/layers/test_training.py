@@ -78,7 +78,7 @@ def tiny_pubmed():
 @pytest.mark.parametrize("model", list(recipes.RECIPES))
 def test_example_train_once_on_synthetic_preset(example, tiny_pubmed, model, capsys):
     example.FLAGS(["train.py", f"--model={model}", "--dataset=pubmed", "--epochs=2", "--hidden=8"])
-    run = example.train_once(tiny_pubmed, seed=0)
+    run = example.train_once(example.dataset_inputs(tiny_pubmed, "pubmed"), seed=0)
     out = capsys.readouterr().out
     match = re.search(rf"{model} on pubmed, seed 0: test accuracy (\d\.\d{{4}}) after ([12]) epochs", out)
     assert match, out
@@ -91,7 +91,7 @@ def test_example_chunks_schedule_and_rewrites_do_not_change_training(example, ti
     runs = []
     for args in ([], ["--chunks=3", "--schedule=dest-order", "--explain"], ["--chunks=2", "--rewrites=none"]):
         example.FLAGS(["train.py", "--model=ggcn", "--dataset=pubmed", "--epochs=3", "--hidden=8", *args])
-        runs.append(example.train_once(tiny_pubmed, seed=0))
+        runs.append(example.train_once(example.dataset_inputs(tiny_pubmed, "pubmed"), seed=0))
         example.FLAGS.unparse_flags()
     out = capsys.readouterr().out
     assert "3x3 chunks" in out and "fused_gather program gate_sigmoid" in out  # --explain

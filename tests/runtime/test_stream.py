@@ -1,0 +1,285 @@
+"""Store-backed (streamed) training equals in-memory training, and fails cleanly on bad input."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+
+import keras
+import numpy as np
+import pytest
+
+import ngra_tf
+from ngra_tf import recipes
+from ngra_tf.ops import copy_stats
+from ngra_tf.runtime import open_store, write_store
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+NUM_VERTICES, NUM_EDGES, WIDTH, CLASSES = 90, 500, 6, 3
+# (P, format, spill policy, host tier): every model runs each.
+CASES = [(1, "npy", "recompute", "memory"), (3, "npy", "spill", "disk"), (4, "npy", "recompute", "disk"),
+         (3, "hdf5", "recompute", "memory"), (4, "hdf5", "spill", "memory")]
+
+
+def _problem(model, seed=0):
+    rng = np.random.default_rng(seed)
+    graph = ngra_tf.Graph.from_edges(rng.integers(0, NUM_VERTICES, NUM_EDGES), rng.integers(0, NUM_VERTICES, NUM_EDGES),
+                                     NUM_VERTICES)
+    arrays = {"features": rng.normal(size=(NUM_VERTICES, WIDTH)).astype(np.float32),
+              "labels": rng.integers(0, CLASSES, NUM_VERTICES),
+              "train_mask": rng.random(NUM_VERTICES) < 0.6,
+              "val_mask": rng.random(NUM_VERTICES) < 0.3}
+    return recipes.prepare_graph(model, graph), arrays
+
+
+def _model(model, graph, dropout=0.0, **options):
+    recipe = dataclasses.replace(recipes.RECIPES[model], dropout=dropout)
+    keras.utils.set_random_seed(1)
+    built = recipes.build_model(model, graph, CLASSES, hidden=5, recipe=recipe, **options)
+    built.compile(optimizer=keras.optimizers.Adam(0.05), loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
+    return built
+
+
+def _pair(tmp_path, model, num_parts, fmt="npy", dropout=0.0, **options):
+    """An in-memory model and a store-backed one over the same graph, with the same initial weights."""
+    graph, arrays = _problem(model)
+    memory = _model(model, graph, dropout, chunks=num_parts)
+    memory.build(arrays["features"].shape)
+    store = write_store(tmp_path / "store", graph, num_parts, arrays, format=fmt)
+    streamed = _model(model, store, dropout, **options)
+    streamed.build(store.array("features").shape)
+    streamed.set_weights(memory.get_weights())
+    return memory, streamed, store, arrays
+
+
+def _fit_both(memory, streamed, store, arrays, epochs=3):
+    expected = memory.fit(arrays["features"], arrays["labels"], sample_weight=arrays["train_mask"], epochs=epochs,
+                          verbose=0).history
+    got = streamed.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"),
+                       epochs=epochs, verbose=0).history
+    return expected, got
+
+
+def _assert_same_training(memory, streamed, expected, got):
+    for name in expected:
+        np.testing.assert_allclose(got[name], expected[name], rtol=1e-5, atol=1e-6, err_msg=name)
+    for want, have in zip(memory.get_weights(), streamed.get_weights()):
+        np.testing.assert_allclose(have, want, rtol=1e-4, atol=2e-5)
+
+
+@pytest.mark.parametrize("num_parts,fmt,spill,host", CASES)
+@pytest.mark.parametrize("model", list(recipes.RECIPES))
+def test_streamed_training_equals_in_memory(tmp_path, model, num_parts, fmt, spill, host):
+    options = {"spill": spill, "spill_dir": str(tmp_path / "spill") if host == "disk" else None}
+    memory, streamed, store, arrays = _pair(tmp_path, model, num_parts, fmt, **options)
+    streamer = streamed.streamer()
+    streamer.tile_bytes = 100  # several row tiles per interval: per-vertex work runs tile by tile
+    assert streamer.host.kind == host
+    expected, got = _fit_both(memory, streamed, store, arrays)
+    _assert_same_training(memory, streamed, expected, got)
+    np.testing.assert_allclose(streamed.predict(store.array("features"), verbose=0),
+                               memory.predict(arrays["features"], verbose=0), rtol=1e-4, atol=1e-4)
+    if host == "disk":
+        assert os.listdir(tmp_path / "spill") == []  # every spilled block is dropped once used
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_dropout_draws_are_replayed_in_backward(tmp_path, model):
+    # At P = 1 a streamed layer sees the rows in the user's order, so its dropout draws are the in-memory
+    # model's; backward recomputes with the same draws only if it replays each step's seed state.
+    memory, streamed, store, arrays = _pair(tmp_path, model, 1, dropout=0.5)
+    assert store.partition().identity_order
+    expected, got = _fit_both(memory, streamed, store, arrays)
+    _assert_same_training(memory, streamed, expected, got)
+
+
+@pytest.mark.parametrize("model", ["gcn", "ggcn", "mpgcn", "ggnn"])
+def test_selective_scheduling_gives_the_same_result(tmp_path, model):
+    # selective=1: every chunk that leaves any source row unused copies only the rows it uses.
+    memory, streamed, store, arrays = _pair(tmp_path, model, 4, selective=1.0)
+    expected, got = _fit_both(memory, streamed, store, arrays, epochs=2)
+    _assert_same_training(memory, streamed, expected, got)
+    assert streamed.streamer().stats["selective_rows_saved"] > 0
+
+
+def test_spill_and_recompute_give_the_same_result(tmp_path):
+    results = []
+    for spill in ("spill", "recompute"):
+        _, streamed, store, _ = _pair(tmp_path / spill, "mpgcn", 4, spill=spill)  # max chains: spilled inits
+        streamed.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"),
+                     epochs=2, verbose=0)
+        results.append(streamed.get_weights())
+    for a, b in zip(*results):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_evaluate_predict_and_labels_in_user_order(tmp_path):
+    memory, streamed, store, arrays = _pair(tmp_path, "gcn", 3)
+    mask = arrays["val_mask"]
+    expected = memory.evaluate(arrays["features"], arrays["labels"], sample_weight=mask, verbose=0, return_dict=True)
+    # Labels and masks may be numpy arrays in the user's order, like an in-memory model's.
+    got = streamed.evaluate(store.array("features"), arrays["labels"], sample_weight=mask, verbose=0,
+                            return_dict=True)
+    for name in expected:
+        assert got[name] == pytest.approx(expected[name], rel=1e-5)
+
+
+def test_copies_are_counted(tmp_path):
+    _, streamed, store, _ = _pair(tmp_path, "gcn", 3)
+    copy_stats(reset=True)
+    streamed.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"), epochs=1,
+                 verbose=0)
+    moved = {kind: sum(n for (k, _), n in copy_stats().items() if k == kind) for kind in ("h2d", "d2h")}
+    features = NUM_VERTICES * WIDTH * 4
+    assert moved["h2d"] >= 2 * features  # forward and backward each read every feature row
+    assert moved["d2h"] > 0
+
+
+def test_callbacks_and_save_load_refer_to_the_store(tmp_path):
+    _, streamed, store, arrays = _pair(tmp_path, "gcn", 3)
+    path = str(tmp_path / "model.keras")
+    history = streamed.fit(
+        store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"), epochs=4,
+        validation_data=(store.array("features"), store.array("labels"), store.array("val_mask")), verbose=0,
+        callbacks=[keras.callbacks.EarlyStopping("val_loss", patience=10, restore_best_weights=True),
+                   keras.callbacks.ModelCheckpoint(path, monitor="val_loss", save_best_only=False),
+                   keras.callbacks.TensorBoard(str(tmp_path / "tb"))])
+    assert len(history.history["val_loss"]) == 4
+    assert os.listdir(tmp_path / "tb")
+    streamed.save(path)
+    assert os.path.getsize(path) < 200_000  # weights and the store's path, not its data
+    loaded = keras.models.load_model(path)
+    assert loaded.store.path == store.path
+    np.testing.assert_allclose(loaded.predict(loaded.store.array("features"), verbose=0),
+                               streamed.predict(store.array("features"), verbose=0), rtol=1e-6, atol=1e-6)
+    loaded.fit(loaded.store.array("features"), loaded.store.array("labels"),
+               sample_weight=loaded.store.array("train_mask"), epochs=1, verbose=0)
+
+
+def test_budget_too_small_fails_at_once(tmp_path):
+    graph, arrays = _problem("gcn")
+    store = write_store(tmp_path / "store", graph, 2, arrays)
+    model = _model("gcn", store, memory_budget="1MB")
+    with pytest.raises(ValueError, match=r"memory budget .* is too small .* the smallest budget that works is"):
+        model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"), epochs=1,
+                  verbose=0)
+    assert model.optimizer.iterations.numpy() == 0
+
+
+def test_budget_picks_the_host_tier(tmp_path):
+    graph, arrays = _problem("gcn")
+    store = write_store(tmp_path / "store", graph, 2, arrays)
+    roomy = _model("gcn", store, memory_budget="4GB")
+    roomy.build(store.array("features").shape)
+    assert roomy.streamer().host.kind == "memory"
+    plan = roomy._streamer_plan()
+    tight = _model("gcn", store, memory_budget=plan.working_set + plan.activations // 2)
+    tight.build(store.array("features").shape)
+    assert tight.streamer().host.kind == "disk"
+    text = tight.explain(print_fn=None)
+    assert "working set (estimate)" in text and "spill directory on disk" in text
+
+
+@pytest.mark.parametrize("options,message", [
+    ({"memory_budget": "1GB"}, "memory_budget applies to a store-backed model"),
+    ({"spill": "sometimes"}, "spill must be one of"),
+])
+def test_bad_options_for_in_memory_graphs(options, message):
+    graph, _ = _problem("gcn")
+    with pytest.raises(ValueError, match=message):
+        ngra_tf.GraphModel(graph, [ngra_tf.layers.GCN(2)], **options)
+
+
+def test_bad_inputs_for_a_store_backed_model(tmp_path):
+    graph, arrays = _problem("gcn")
+    store = write_store(tmp_path / "store", graph, 2, arrays)
+    with pytest.raises(ValueError, match="partitioned into 2"):
+        ngra_tf.GraphModel(store, [ngra_tf.layers.GCN(2)], chunks=3)
+    model = _model("gcn", store)
+    with pytest.raises(ValueError, match=r"pass store.array\(name\)"):
+        model.fit(arrays["features"], arrays["labels"], epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="labels must lie in"):
+        model.fit(store.array("features"), arrays["labels"] + 5, epochs=1, verbose=0)
+    with pytest.raises(ValueError, match="one entry per vertex"):
+        model.fit(store.array("features"), arrays["labels"][:-1], epochs=1, verbose=0)
+    other = write_store(tmp_path / "other", graph, 2, arrays)
+    with pytest.raises(ValueError, match="reads its features from its store"):
+        model.predict(other.array("features"))
+
+
+def test_a_corrupted_store_fails_with_the_file_named(tmp_path):
+    graph, arrays = _problem("gcn")
+    write_store(tmp_path / "store", graph, 2, arrays)
+    manifest = json.loads((tmp_path / "store" / "manifest.json").read_text())
+    victim = next(path for path in manifest["files"] if "csc_src" in path or "chunk" in path)
+    with open(tmp_path / "store" / victim, "r+b") as stream:
+        stream.seek(-1, os.SEEK_END)
+        byte = stream.read(1)
+        stream.seek(-1, os.SEEK_END)
+        stream.write(bytes([byte[0] ^ 0xFF]))
+    store = open_store(tmp_path / "store")
+    model = _model("gcn", store)
+    with pytest.raises(ValueError, match="fails its checksum"):
+        model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"), epochs=1,
+                  verbose=0)
+
+
+def _train(*flags, timeout=600):
+    return subprocess.run([sys.executable, os.path.join(REPO, "examples", "train.py"), *flags], capture_output=True,
+                          text=True, timeout=timeout, cwd=REPO)
+
+
+@pytest.fixture(scope="module")
+def preset_store(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("preset") / "rs.store")
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "partition_graph.py"), "--preset=reddit-small",
+                           "--scale=0.1", "--prepare=gcn", "--chunks=4", f"--output={path}", "--noprogress"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr
+    return path
+
+
+def test_train_py_stays_within_its_budget(tmp_path, preset_store):
+    budget = 160 * 2**20
+    record = tmp_path / "history.json"
+    done = _train("--model=gcn", f"--store={preset_store}", f"--memory_budget={budget}", "--epochs=2",
+                  "--hidden=32", f"--history_json={record}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(record.read_text())
+    assert len(result["history"]["loss"]) == 2
+    assert 0 < result["peak_memory_bytes"] <= 1.1 * budget, result["peak_memory_bytes"]
+
+
+def test_train_py_too_small_a_budget(preset_store):
+    done = _train("--model=gcn", f"--store={preset_store}", "--memory_budget=2MB", "--epochs=1")
+    assert done.returncode != 0
+    assert "the smallest budget that works is" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("flags,message", [
+    (["--memory_budget=256MB"], "--memory_budget applies to training from a store"),
+    (["--store=/nonexistent/store"], "no store at"),
+    (["--store=STORE", "--memory_budget=lots"], "cannot read 'lots' as a memory size"),
+    (["--store=STORE", "--dataset=cora"], "--dataset and --store both name the data"),
+    (["--model=ggnn", "--store=STORE"], "ggnn needs edge types"),
+])
+def test_train_py_store_flags(preset_store, flags, message):
+    done = _train(*[flag.replace("STORE", preset_store) for flag in flags], "--epochs=1")
+    assert done.returncode != 0
+    assert message in done.stderr, done.stderr[-2000:]
+
+
+def test_the_device_tier_is_placed_explicitly(tmp_path):
+    # A GPU machine runs the same code with /GPU:0 and reads its peak from TensorFlow; here it is the CPU.
+    from ngra_tf.runtime import tiers
+
+    assert tiers.device_tier() == "/CPU:0"
+    assert tiers.device_peak_bytes("/CPU:0") is None
+    _, streamed, store, _ = _pair(tmp_path, "gcn", 2)
+    streamer = streamed.streamer()
+    assert streamer.device == "/CPU:0"
+    streamer.features = "features"
+    logits = streamer.infer()
+    assert "CPU:0" in logits.device
