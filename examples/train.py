@@ -30,7 +30,7 @@ import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
-from ngra_tf.runtime import integrity, memory, open_store, resident, stream, tiers
+from ngra_tf.runtime import budget, integrity, memory, open_store, resident, tiers
 
 FLAGS = flags.FLAGS
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
@@ -190,7 +190,7 @@ def main(argv):
     inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
     try:
         runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
-    except stream.MemoryBudgetError as error:
+    except budget.MemoryBudgetError as error:
         sys.exit(f"train.py: {error}")
     peak = baseline.peak()
     print(peak)

@@ -39,7 +39,7 @@ import tensorflow as tf
 from ngra_tf.compiler import SCHEDULES, parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf.layers.saga import SAGALayer
-from ngra_tf.runtime import integrity, memory, stream
+from ngra_tf.runtime import budget, integrity, memory, stream
 from ngra_tf.runtime.store import Store, VertexArray, open_store
 
 _GRAPH_ASSET = "graph.npz"
@@ -301,8 +301,8 @@ class GraphModel(keras.Model):
                 raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
                                  f"{classes} outputs, got {low if low < 0 else high}")
 
-    def _streamer_plan(self) -> stream.Plan:
-        return stream.Plan(self, self.store, self.memory_budget, self.spill)
+    def _streamer_plan(self) -> budget.Plan:
+        return budget.Plan(self, self.store, self.memory_budget, self.spill)
 
     def streamer(self) -> stream.Streamer:
         """The streamed executor of a store-backed model (made once: its plan checks the memory budget)."""

@@ -5,7 +5,7 @@ write them from a stream of edges) keep a partitioned graph on disk, read a
 chunk or an interval at a time. A GraphModel given a store trains from it
 through `stream.Streamer`: one step's chunk and rows on the device tier,
 the rest in the host tier (`tiers`) or the store, under a memory budget
-(`stream.Plan`, measured by `resident`).
+(`budget.Plan`, measured by `resident`).
 """
 
 from ngra_tf.runtime.store import Store, StorePartition, VertexArray, open_store, write_store

@@ -49,8 +49,6 @@ from ngra_tf.compiler.plan import LayerSteps, column_sources
 from ngra_tf.graph.adjacency import Adjacency, AdjacencyTensors
 from ngra_tf.graph.partition import Chunk
 from ngra_tf.layers.saga import SAGALayer
-from ngra_tf.runtime import memory
-from ngra_tf.runtime.resident import format_bytes
 from ngra_tf.runtime.store import INDEX_ARRAYS
 from ngra_tf.runtime.tiers import HostTier, device_tier, upload
 
@@ -78,7 +76,7 @@ class Streamer:
         self.device = device or device_tier()
         self.host = HostTier(host, spill_dir)
         self.features = "features"
-        self.graph_spec = _Shapes(store)
+        self.graph_spec = GraphShapes(store)
         self._seeds = [v for v in model.variables if "seed_generator_state" in v.path]
         self._seed_marks = {}
         self.stats = collections.Counter()
@@ -561,131 +559,7 @@ def _add(grads: dict, variables, values):
         grads[key] = value if key not in grads else grads[key] + value
 
 
-# What the runtime itself adds once training starts, whatever the graph: Keras's fit machinery, TensorFlow's
-# eager kernel caches and the loader thread's allocator arena (measured here: 60-72 MiB over a tiny store).
-RUNTIME_OVERHEAD = 80 * 2**20
-# What the counts below miss, fitted to measured peaks (reddit-middle, GCN, P = 16, hidden 16 and 128: the
-# residual tensors are within 5% of their count; a step's tape temporaries and the allocator's pools for
-# blocks of many sizes take ~3.2x the step's counted blocks).
-RESIDENT_FACTOR = 1.1
-STEP_FACTOR = 3.5
-
-
-class MemoryBudgetError(ValueError):
-    """A memory budget too small for the plan's largest step."""
-
-
-class Plan:
-    """The per-step working set of a store-backed model, and where its blocks live (NeuGraph §3, ROC).
-
-    The estimate is the largest of its steps' working sets plus what stays
-    resident for the whole step (labels, masks, the logits and their
-    gradient, the weights with two optimizer slots and a gradient each):
-
-      hoist    2 input blocks (double-buffered) + its gradient, the hoisted rows and their gradients
-      chunk    2 chunks (double-buffered) + 4 source blocks (the row's rows, its gradient sum, a
-               chunk's gradient, the next row read ahead) + destination rows and gradients
-               + 2 accumulator blocks (A[j] or its gradient, and a max/min chain's init)
-               + per-edge tensors of an unfused edge stage (messages, gradients, scattered rows)
-      column   (edge.softmax layers) every chunk and source block of the column, and per-edge tensors
-      vertex   accumulators, the vertex rows, the output and its gradient
-
-    A block is the largest interval's rows. The host tier is host memory when
-    the activations the plan keeps (every layer's output, and with
-    spill="spill" the hoisted rows and A[j]) fit in the budget beside the
-    step, and a spill directory on disk otherwise. A budget below the
-    estimate fails at once, naming the smallest budget that would work.
-    """
-
-    def __init__(self, model, store, budget: int | None, spill: str):
-        self.model, self.store, self.budget, self.spill = model, store, budget, spill
-        self.steps, self.resident, self.activations = self._estimate()
-        self.largest = max(self.steps, key=lambda step: step[1])
-        self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + RUNTIME_OVERHEAD
-        if budget is None or self.working_set + self.activations <= budget:
-            self.host = "memory"
-        else:
-            self.host = "disk"
-
-    def check(self):
-        if self.budget is not None and self.working_set > self.budget:
-            raise MemoryBudgetError(
-                f"memory budget {format_bytes(self.budget)} ({self.budget} bytes) is too small for "
-                f"{self.store.path} at P={self.store.num_parts}: its largest step ({self.largest[0]}) needs "
-                f"{format_bytes(self.largest[1])} ({STEP_FACTOR}x that with its temporaries), "
-                f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(RUNTIME_OVERHEAD)}; "
-                f"the smallest "
-                f"budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), or convert "
-                f"the graph into more chunks (tools/partition_graph.py --memory_budget=...)")
-
-    def describe(self) -> list:
-        lines = [f"  streamed from {self.store.path} ({self.store.format}), spill policy {self.spill}",
-                 f"  working set (estimate): {format_bytes(self.working_set)} = {STEP_FACTOR} x largest step "
-                 f"({self.largest[0]}) {format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x resident "
-                 f"{format_bytes(self.resident)} + runtime {format_bytes(RUNTIME_OVERHEAD)}"]
-        budget = "none" if self.budget is None else format_bytes(self.budget)
-        lines.append(f"  memory budget {budget}: kept activations {format_bytes(self.activations)} in the host "
-                     f"tier, which is {'host memory' if self.host == 'memory' else 'a spill directory on disk'}")
-        return lines
-
-    def _estimate(self):
-        store, model = self.store, self.model
-        sizes = np.diff(store.bounds)
-        rows = int(sizes.max()) if sizes.size else 0
-        V = store.num_vertices
-        edge_row = 0 if store.edge_data_spec is None else int(
-            np.prod(store.edge_data_spec[0], dtype=np.int64)) * store.edge_data_spec[1].itemsize
-        chunk = memory.largest_chunk_nbytes(store.edge_counts, store.bounds, edge_row)
-        max_edges = int(store.edge_counts.max()) if store.edge_counts.size else 0
-        column_edges = int(store.edge_counts.sum(axis=0).max()) if store.edge_counts.size else 0
-        column_chunks = int((store.edge_counts > 0).sum(axis=0).max()) if store.edge_counts.size else 0
-        itemsize = tf.as_dtype(model.compute_dtype).size
-
-        def row_bytes(spec):
-            return int(np.prod(spec.shape[1:], dtype=np.int64)) * itemsize
-
-        row_shape, _ = store.vertex_spec("features")
-        stages = model_stages(model, tf.TensorSpec([None] + list(row_shape), model.compute_dtype), _Shapes(store),
-                              True, store.num_parts)
-        steps, activations = [], 0
-        for stage in stages:
-            name = f"stage {stage.index}"
-            in_row, out_row = row_bytes(stage.input_spec), row_bytes(stage.output_spec)
-            if stage.saga is None:
-                tile = min(rows, max(1, TILE_BYTES // max(1, in_row)))
-                steps.append((f"{name} per-vertex", tile * 3 * (in_row + out_row) + 2 * rows * (in_row + out_row)))
-                activations += V * out_row
-                continue
-            layer_steps, program = stage.steps, stage.steps.program
-            graph_in = row_bytes(stage.graph_input_spec)
-            probe = layer_steps.hoist(tf.zeros([1] + list(stage.graph_input_spec.shape[1:]), model.compute_dtype))
-            key_row = {key: int(np.prod(value.shape[1:], dtype=np.int64)) * itemsize for key, value in probe.items()}
-            src = sum(key_row[k] for k in layer_steps.source_keys)
-            dst = sum(key_row[k] for k in layer_steps.dest_keys)
-            vtx = sum(key_row[k] for k in layer_steps.vertex_keys)
-            acc = int(np.prod(layer_steps.feature_shape, dtype=np.int64)) * itemsize * len(program.reduces)
-            per_edge = 0
-            if program.fused is None:
-                per_edge = 3 * (int(np.prod(program.edge.output.shape[1:], dtype=np.int64)) * itemsize + src + dst)
-            tile = min(rows, max(1, TILE_BYTES // max(1, in_row)))  # per-vertex work runs a tile at a time
-            steps.append((f"{name} hoist", tile * (3 * in_row + 2 * graph_in * max(1, len(stage.prologue)))
-                          + 3 * rows * sum(key_row.values())))
-            if layer_steps.column_wide:
-                steps.append((f"{name} column", column_chunks * (chunk + 2 * rows * src) + column_edges * per_edge
-                              + rows * (2 * dst + 4 * acc)))
-            else:
-                steps.append((f"{name} chunk", 2 * chunk + rows * (4 * src + 2 * dst + 2 * acc)
-                              + max_edges * per_edge))
-            steps.append((f"{name} vertex", rows * (3 * acc + 2 * vtx + 3 * out_row)))
-            activations += V * (out_row + src + dst + vtx + (acc if self.spill == "spill" else 0))
-        logits_row = row_bytes(stages[-1].output_spec)
-        masks = 4 * sum(1 for name in store.vertex_names if name.endswith("mask"))
-        weights = sum(int(np.prod(v.shape)) * itemsize for v in model.trainable_weights)
-        resident = V * (4 * logits_row + 8 + masks) + 4 * weights
-        return steps, resident, activations
-
-
-class _Shapes:
+class GraphShapes:
     """What SAGALayer.compiled reads of a graph, for a store."""
 
     def __init__(self, store):
@@ -694,4 +568,4 @@ class _Shapes:
         self.stored_edge_data = None if spec is None else np.zeros((0,) + tuple(spec[0]), spec[1])
 
 
-__all__ = ["SPILL_POLICIES", "MemoryBudgetError", "Plan", "Streamer"]
+__all__ = ["SPILL_POLICIES", "Streamer", "model_stages"]
