@@ -79,7 +79,8 @@ class Inputs:
     """What a run trains on: a graph and arrays in memory, or a store and handles on its arrays."""
 
     def __init__(self, graph, features, labels, masks, num_classes, name):
-        self.graph, self.features, self.labels, self.num_classes, self.name = graph, features, labels, num_classes, name
+        self.graph, self.features, self.labels = graph, features, labels
+        self.num_classes, self.name = num_classes, name
         self.train, self.val, self.test = masks
 
 
@@ -114,11 +115,8 @@ def load_store(path):
         raise app.UsageError(f"--store: gcn needs a store prepared for it (edge weights): convert with --prepare=gcn")
     if FLAGS.model == "ggnn":
         raise app.UsageError("--store: ggnn needs edge types, which tools/partition_graph.py does not prepare yet")
-    num_classes = store.manifest.get("source", {}).get("num_classes")
-    if num_classes is None:
-        num_classes = int(store.array("labels").read().max()) + 1
     masks = tuple(store.array(name) for name in ("train_mask", "val_mask", "test_mask"))
-    return Inputs(store, store.array("features"), store.array("labels"), masks, int(num_classes), path)
+    return Inputs(store, store.array("features"), store.array("labels"), masks, store.num_classes(), path)
 
 
 def train_once(inputs, seed):
@@ -194,9 +192,9 @@ def main(argv):
         sys.exit(f"train.py: {error}")
     peak = baseline.peak()
     print(peak)
-    if FLAGS.store and tiers.device_peak_bytes(tiers.device_tier()) is not None:
-        print(f"device tier {tiers.device_tier()}: peak "
-              f"{resident.format_bytes(tiers.device_peak_bytes(tiers.device_tier()))} allocated")
+    device_peak = tiers.device_peak_bytes(tiers.device_tier()) if FLAGS.store else None
+    if device_peak is not None:  # a GPU device tier: TensorFlow's own count, beside the process's
+        print(f"device tier {tiers.device_tier()}: peak {resident.format_bytes(device_peak)} allocated")
     accuracies = [run["test"]["accuracy"] for run in runs]
     if FLAGS.history_json:
         chunks = inputs.graph.num_parts if FLAGS.store else FLAGS.chunks

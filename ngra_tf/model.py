@@ -156,13 +156,7 @@ class GraphModel(keras.Model):
                 raise ValueError(f"{what}: {name} must have one entry per vertex ({n}), "
                                  f"got shape {np.shape(value)}")
         if y is not None and self.built:
-            classes = self.compute_output_shape(tuple(x.shape))[-1]
-            labels = np.asarray(y)
-            if np.issubdtype(labels.dtype, np.integer) and labels.size and classes is not None:
-                low, high = int(labels.min()), int(labels.max())
-                if low < 0 or high >= classes:
-                    raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
-                                     f"{classes} outputs, got {low if low < 0 else high}")
+            self._check_labels(np.asarray(y), what)
 
     def _whole_graph(self, kwargs, *names):
         for name in ("batch_size",) + names:
@@ -294,6 +288,7 @@ class GraphModel(keras.Model):
         return tf.data.Dataset.from_tensors(tuple(parts))
 
     def _check_labels(self, labels, what):
+        """Integer labels must name one of the model's outputs."""
         classes = self.compute_output_shape(self._input_shape)[-1]
         if np.issubdtype(labels.dtype, np.integer) and labels.size and classes is not None:
             low, high = int(labels.min()), int(labels.max())

@@ -77,7 +77,7 @@ def time_config(store, config: dict) -> dict:
     import ngra_tf  # noqa: PLC0415
 
     keras.utils.set_random_seed(0)
-    classes = store.manifest.get("source", {}).get("num_classes") or int(store.array("labels").read().max()) + 1
+    classes = store.num_classes()
     model = ngra_tf.GraphModel(store, [ngra_tf.layers.GCN(FLAGS.hidden, activation="relu"),
                                        ngra_tf.layers.GCN(classes)],
                                memory_budget=FLAGS.memory_budget, overlap=config["overlap"],

@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from ngra_tf.runtime import memory
 from ngra_tf.runtime.resident import format_bytes
-from ngra_tf.runtime.stream import TILE_BYTES, GraphShapes, model_stages
+from ngra_tf.runtime.stream import GraphShapes, model_stages, tile_rows
 
 # What the runtime itself adds once training starts, whatever the graph: Keras's fit machinery, TensorFlow's
 # eager kernel caches and the loader thread's allocator arena (measured here: 60-72 MiB over a tiny store).
@@ -69,9 +69,8 @@ class Plan:
                 f"{self.store.path} at P={self.store.num_parts}: its largest step ({self.largest[0]}) needs "
                 f"{format_bytes(self.largest[1])} ({STEP_FACTOR}x that with its temporaries), "
                 f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(RUNTIME_OVERHEAD)}; "
-                f"the smallest "
-                f"budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), or convert "
-                f"the graph into more chunks (tools/partition_graph.py --memory_budget=...)")
+                f"the smallest budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), "
+                f"or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...)")
 
     def describe(self) -> list:
         lines = [f"  streamed from {self.store.path} ({self.store.format}), spill policy {self.spill}",
@@ -107,7 +106,7 @@ class Plan:
             name = f"stage {stage.index}"
             in_row, out_row = row_bytes(stage.input_spec), row_bytes(stage.output_spec)
             if stage.saga is None:
-                tile = min(rows, max(1, TILE_BYTES // max(1, in_row)))
+                tile = min(rows, tile_rows(in_row))
                 steps.append((f"{name} per-vertex", tile * 3 * (in_row + out_row) + 2 * rows * (in_row + out_row)))
                 activations += V * out_row
                 continue
@@ -122,7 +121,7 @@ class Plan:
             per_edge = 0
             if program.fused is None:
                 per_edge = 3 * (int(np.prod(program.edge.output.shape[1:], dtype=np.int64)) * itemsize + src + dst)
-            tile = min(rows, max(1, TILE_BYTES // max(1, in_row)))  # per-vertex work runs a tile at a time
+            tile = min(rows, tile_rows(in_row))  # per-vertex work runs a tile at a time
             steps.append((f"{name} hoist", tile * (3 * in_row + 2 * graph_in * max(1, len(stage.prologue)))
                           + 3 * rows * sum(key_row.values())))
             if layer_steps.column_wide:

@@ -205,6 +205,11 @@ class Store:
         self._check_parts(part)
         return _nbytes(self._layout.vertex(name, part))
 
+    def num_classes(self) -> int:
+        """Classes of the "labels" array: as the conversion recorded them, else the largest label + 1."""
+        recorded = self.manifest.get("source", {}).get("num_classes")
+        return int(recorded) if recorded is not None else int(self.array("labels").read().max()) + 1
+
     def array(self, name: str) -> "VertexArray":
         """Vertex array `name` as a handle to pass to a store-backed GraphModel's fit / evaluate / predict."""
         self._check_name(name)

@@ -79,6 +79,7 @@ class Streamer:
         self.graph_spec = GraphShapes(store)
         self._seeds = [v for v in model.variables if "seed_generator_state" in v.path]
         self._seed_marks = {}
+        self._stage_cache = {}  # (training, input spec) -> model_stages
         self.stats = collections.Counter()
 
     # ---- loads ----
@@ -139,8 +140,7 @@ class Streamer:
             row_shape, dtype = self.store.vertex_spec(key[6:])
         else:
             row_shape, dtype = self.host.spec(f"{key}@0")
-        row_bytes = max(1, int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize)
-        tile = max(1, self.tile_bytes // row_bytes)
+        tile = tile_rows(int(np.prod(row_shape, dtype=np.int64)) * np.dtype(dtype).itemsize, self.tile_bytes)
         for part in range(self.num_parts):
             count = int(self.partition.bounds[part + 1] - self.partition.bounds[part])
             for start in range(0, max(count, 1), tile):
@@ -203,7 +203,6 @@ class Streamer:
             started = time.perf_counter()
             data = read(item)
             self.stats["read_s"] += time.perf_counter() - started
-            self.stats["reads"] += 1
             return data
 
         if not self.overlap or len(items) < 2:
@@ -249,7 +248,11 @@ class Streamer:
     def _forward(self, training, for_backward):
         self._seed_marks.clear()
         self._training = bool(training)
-        self._stages = model_stages(self.model, self._input_spec(), self.graph_spec, training, self.num_parts)
+        key = (self._training, self._input_spec())
+        if key not in self._stage_cache:  # made once: shapes and compiled programs do not change between steps
+            self._stage_cache[key] = model_stages(self.model, key[1], self.graph_spec, self._training,
+                                                  self.num_parts)
+        self._stages = self._stage_cache[key]
         key = "store:" + self.features
         for stage in self._stages:
             out = f"h{stage.index + 1}"
@@ -305,7 +308,6 @@ class Streamer:
                     self._mark((l, "chunk", i, j))
                     steps.reduce_chunk(accumulators, i, self._upload_chunk(read_chunk),
                                        rows_of(steps.source_keys, i, read_src), dst)
-                    self.stats["chunks"] += 1
             if keep_hoisted:
                 for r, acc in enumerate(accumulators):
                     if acc.value is not None:
@@ -408,7 +410,6 @@ class Streamer:
                             if d_init is not None:  # the gradient of the value the chunk reduced into
                                 host.put(f"L{l}:dA{r}@{j}", d_init)
                     _add(grads, weights, list(result))
-                    self.stats["chunks_backward"] += 1
                 for name, value in d_src.items():
                     host.put(f"L{l}:d{name}@{i}", value)
                 del src, d_src
@@ -492,6 +493,11 @@ class Streamer:
         self.host.close()
 
 
+def tile_rows(row_bytes: int, tile_bytes: int = TILE_BYTES) -> int:
+    """Rows of `row_bytes` each that a per-vertex step takes at a time."""
+    return max(1, tile_bytes // max(1, row_bytes))
+
+
 def model_stages(model, input_spec, graph_spec, training, num_parts):
     """The model as stages: per-vertex layers (a prologue) and the graph layer they lead to.
 
@@ -553,8 +559,6 @@ def gradients(tape, targets, sources, output_gradients=None) -> list:
 
 def _add(grads: dict, variables, values):
     for variable, value in zip(variables, values):
-        if value is None:
-            continue
         key = id(variable)
         grads[key] = value if key not in grads else grads[key] + value
 
@@ -568,4 +572,4 @@ class GraphShapes:
         self.stored_edge_data = None if spec is None else np.zeros((0,) + tuple(spec[0]), spec[1])
 
 
-__all__ = ["SPILL_POLICIES", "Streamer", "model_stages"]
+__all__ = ["SPILL_POLICIES", "Streamer", "model_stages", "tile_rows"]

@@ -19,10 +19,10 @@ import os
 import shutil
 import tempfile
 
-import numpy as np
 import tensorflow as tf
 
 from ngra_tf.ops.copy import copy_d2h, copy_h2d
+from ngra_tf.runtime import store_npy
 
 TIERS = ("memory", "disk")
 
@@ -77,10 +77,9 @@ class HostTier:
             self._blocks[key] = host
             return
         path = self._blocks[key][0] if key in self._blocks else os.path.join(
-            self.directory, f"{next(self._serial):06d}_{_scope(key)[:80]}.bin")
+            self.directory, f"{next(self._serial):06d}_{_scope(key)[:80]}.npy")
         array = host.numpy()
-        with open(path, "wb") as stream:
-            array.tofile(stream)
+        store_npy.write_arrays(path, {key: array})
         self._blocks[key] = (path, array.shape, array.dtype)
 
     def spec(self, key: str) -> tuple:
@@ -98,16 +97,8 @@ class HostTier:
         block = self._blocks[key]
         if self.kind == "memory":
             return block if rows is None else block[rows[0]:rows[1]]
-        path, shape, dtype = block
-        start, stop = (0, shape[0] if shape else 1) if rows is None else rows
-        row_bytes = dtype.itemsize * int(np.prod(shape[1:], dtype=np.int64))
-        array = np.empty((stop - start,) + tuple(shape[1:]) if shape else shape, dtype)
-        with open(path, "rb") as stream:
-            stream.seek(start * row_bytes)
-            view = array.reshape(-1).view(np.uint8)
-            if stream.readinto(view) != view.size:
-                raise OSError(f"spill file {path} ended early")
-        return array
+        path, _, dtype = block
+        return store_npy.read(path, key, dtype, rows)  # plain reads, by rows: no memory map
 
     def load(self, key: str):
         """read + upload."""
@@ -123,12 +114,6 @@ class HostTier:
             block = self._blocks.pop(key)
             if self.kind == "disk":
                 os.remove(block[0])
-
-    def nbytes(self) -> int:
-        """Bytes held."""
-        if self.kind == "memory":
-            return sum(int(np.prod(t.shape)) * t.dtype.size for t in self._blocks.values())
-        return sum(int(np.prod(shape)) * dtype.itemsize for _, shape, dtype in self._blocks.values())
 
     def close(self):
         self.drop("")
