@@ -15,6 +15,17 @@ memory, at full precision.
 
     python tools/partition_graph.py --preset=reddit-middle --prepare=gcn --chunks=8 --output=/tmp/rm.store
     python examples/train.py --model=gcn --store=/tmp/rm.store --memory_budget=256MB --epochs=5
+
+--devices=N spreads the graph layers over N devices (the first N GPUs, or N
+logical CPU devices on a machine without one), each owning --chunks/N
+destination intervals; --placement says how vertex rows reach them: NGra's
+ring (loaded from the host once, forwarded device to device), NeuGraph's
+chain per PCIe switch, or none (every device loads everything):
+
+    python examples/train.py --model=gcn --chunks=8 --devices=4 --placement=ring
+
+--cluster (or the TF_CONFIG environment variable) trains over the devices of
+a TensorFlow cluster whose workers run examples/worker.py.
 """
 
 import os
@@ -30,9 +41,14 @@ import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES, SCHEDULES
 from ngra_tf.graph import datasets
+from ngra_tf import parallel
+from ngra_tf.ops import copy_stats
+from ngra_tf.parallel.topology import SAMPLES
 from ngra_tf.runtime import budget, integrity, memory, open_store, resident, tiers
 
 FLAGS = flags.FLAGS
+DEVICES = None  # what --devices / --cluster resolved to (set up in main, before TensorFlow starts)
+TOPOLOGY = None  # --topology, read
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
 flags.DEFINE_string("dataset", "cora", "cora, a .npz in the Planetoid format, or a synthetic preset: "
                     + ", ".join(datasets.PRESETS) + ".")
@@ -72,6 +88,17 @@ flags.DEFINE_float("selective", 0.0, "With --store: a chunk whose edges leave fr
 flags.DEFINE_bool("overlap", True, "With --store: read the next chunk while the current one computes.")
 flags.DEFINE_string("spill_dir", None, "With --store: keep the host tier (activations, spills) in this directory "
                     "(default: memory, or a temporary directory when the budget needs disk).")
+flags.DEFINE_integer("devices", None, "Train over this many devices: the first GPUs, or logical CPU devices where "
+                     "there is no GPU (or the cluster's devices, with --cluster). Needs --chunks >= devices.",
+                     lower_bound=1)
+flags.DEFINE_enum("placement", "ring", list(parallel.PLACEMENTS), "With --devices: how vertex rows reach the "
+                  "devices: ring (NGra: loaded from the host once, forwarded device to device), chain (NeuGraph: "
+                  "one chain per PCIe switch), none (every device loads every interval).")
+flags.DEFINE_string("topology", None, "With --devices: the machine's topology, as `nvidia-smi topo -m` output or "
+                    "JSON (a path, or a sample: " + ", ".join(sorted(p.stem for p in SAMPLES.glob("*.txt"))) + "); "
+                    "default: one PCIe switch over the devices.")
+flags.DEFINE_list("cluster", None, "Train over a TensorFlow cluster: the workers' host:port addresses (each runs "
+                  "examples/worker.py). Default: the cluster in $TF_CONFIG, if set.")
 flags.DEFINE_integer("verbose", 0, "Keras verbosity for fit (0 silent, 1 progress bar, 2 one line per epoch).")
 
 
@@ -132,6 +159,8 @@ def train_once(inputs, seed):
         patience=base.patience if FLAGS.patience is None else (FLAGS.patience or None))
     rewrites = [] if FLAGS.rewrites == ["none"] else FLAGS.rewrites
     options = dict(chunks=FLAGS.chunks, schedule=FLAGS.schedule, rewrites=rewrites)
+    if DEVICES:
+        options.update(devices=DEVICES, placement=FLAGS.placement, topology=TOPOLOGY)
     if FLAGS.store:
         options.update(chunks=FLAGS.chunks if FLAGS["chunks"].present else None, memory_budget=FLAGS.memory_budget,
                        spill=FLAGS.spill, overlap=FLAGS.overlap, spill_dir=FLAGS.spill_dir,
@@ -155,6 +184,8 @@ def train_once(inputs, seed):
                         validation_data=(features, labels, val), callbacks=callbacks,
                         verbose=FLAGS.verbose)
     seconds = time.perf_counter() - start
+    if model.ring is not None:
+        report_traffic(model.ring, copy_stats(reset=True))
     result = model.evaluate(features, labels, sample_weight=test, verbose=0, return_dict=True)
     epochs = len(history.history["loss"])
     print(f"{FLAGS.model} on {inputs.name}, seed {seed}: test accuracy {result['accuracy']:.4f} "
@@ -164,8 +195,41 @@ def train_once(inputs, seed):
             "test": {name: float(value) for name, value in result.items()}}
 
 
+def report_traffic(ring, stats):
+    """Bytes each device received from the host and from other devices, while training."""
+    table = parallel.traffic(stats)
+    mib = 2.0 ** 20
+    for device in ring.order:
+        found = next((v for k, v in table.items() if k != "all" and parallel.same_device(k, device)),
+                     {"h2d": 0, "d2d": 0})
+        print(f"  {device}: from the host {found['h2d'] / mib:.1f} MiB, from other devices {found['d2d'] / mib:.1f} MiB")
+    loads, devices = len(ring.placement.routes(0)), len(ring.devices)
+    host = table.get("all", {"h2d": 0})["h2d"]
+    print(f"host->device {host / mib:.1f} MiB with placement {ring.placement.kind}: each interval loaded {loads}x; "
+          f"without sharing every device would load it ({devices}x): host traffic ratio none/{ring.placement.kind} "
+          f"{devices / loads:.2f}x")
+
+
+def start_devices():
+    """The devices to train over (None: one), set up before TensorFlow starts."""
+    cluster = FLAGS.cluster
+    if cluster is None and os.environ.get("TF_CONFIG"):
+        cluster = "TF_CONFIG"
+    if cluster is not None:
+        try:
+            return parallel.connect(cluster, FLAGS.devices)
+        except ValueError as error:
+            raise app.UsageError(f"--cluster: {error}") from None
+    if FLAGS.devices is None:
+        return None
+    if not tf.config.list_physical_devices("GPU"):
+        parallel.split_cpu(FLAGS.devices)
+    return FLAGS.devices
+
+
 def main(argv):
     del argv
+    global DEVICES, TOPOLOGY
     unknown = set(FLAGS.rewrites) - set(REWRITES) - {"none"}
     if unknown:
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
@@ -177,12 +241,27 @@ def main(argv):
                 raise app.UsageError(f"--{name} applies to training from a store: add --store=DIR")
     elif FLAGS["dataset"].present:
         raise app.UsageError("--dataset and --store both name the data: give one")
+    if FLAGS.devices is None and FLAGS.cluster is None:
+        for name in ("placement", "topology"):
+            if FLAGS[name].present:
+                raise app.UsageError(f"--{name} applies to training over several devices: add --devices=N")
+    if FLAGS.devices and not FLAGS.store and FLAGS.chunks < FLAGS.devices:  # (a store's P is checked by the model)
+        raise app.UsageError(f"--devices={FLAGS.devices} needs --chunks >= {FLAGS.devices}: every device owns "
+                             "destination intervals")
+    topology = None
+    if FLAGS.topology is not None:
+        try:
+            topology = (parallel.Topology.load(FLAGS.topology) if os.path.exists(FLAGS.topology)
+                        else parallel.Topology.sample(FLAGS.topology))
+        except (OSError, ValueError) as error:
+            raise app.UsageError(f"--topology: {error}") from None
     if FLAGS.memory_budget is not None:
         try:
             memory.parse_size(FLAGS.memory_budget)
         except ValueError as error:
             raise app.UsageError(f"--memory_budget: {error}") from None
     logging.set_verbosity(logging.WARNING)
+    DEVICES, TOPOLOGY = start_devices(), topology
     tf.constant(0.0).numpy()  # TensorFlow's runtime is up before the baseline
     baseline = resident.mark()
     inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
@@ -200,6 +279,8 @@ def main(argv):
         chunks = inputs.graph.num_parts if FLAGS.store else FLAGS.chunks
         record = {"model": FLAGS.model, "dataset": inputs.name, "chunks": chunks, **runs[0],
                   **peak.as_dict()}
+        if DEVICES:
+            record.update(devices=DEVICES if isinstance(DEVICES, list) else int(DEVICES), placement=FLAGS.placement)
         if FLAGS.runs > 1:
             record["runs"] = runs
         integrity.write_json_atomically(FLAGS.history_json, record)

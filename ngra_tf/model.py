@@ -25,6 +25,16 @@ intervals through a memory budget (ngra_tf.runtime.stream):
     model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"))
 
 A saved store-backed model refers to its store by path; it does not copy it.
+
+Given `devices` (a count, or TF device names), the graph layers' chunk steps
+are spread over several devices, each owning some destination intervals,
+and vertex rows travel between them as `placement` says (NGra's ring by
+default; ngra_tf.parallel):
+
+    model = ngra_tf.GraphModel(graph, layers, chunks=8, devices=4, placement="ring")
+
+A store-backed model streams over the devices the same way, with
+memory_budget per device.
 """
 
 from __future__ import annotations
@@ -38,6 +48,7 @@ import tensorflow as tf
 
 from ngra_tf.compiler import SCHEDULES, parse_rewrites
 from ngra_tf.graph.graph import Graph
+from ngra_tf import parallel
 from ngra_tf.layers.saga import SAGALayer
 from ngra_tf.runtime import budget, integrity, memory, stream
 from ngra_tf.runtime.store import Store, VertexArray, open_store
@@ -62,7 +73,8 @@ class GraphModel(keras.Model):
 
     def __init__(self, graph: Graph | Store | None, layers, chunks: int | None = None, schedule: str = "ngra",
                  rewrites=True, memory_budget=None, spill: str = "spill", overlap: bool = True,
-                 spill_dir=None, selective: float = 0.0, **kwargs):
+                 spill_dir=None, selective: float = 0.0, devices=None, placement="ring", topology=None,
+                 **kwargs):
         super().__init__(**kwargs)
         if graph is not None and not isinstance(graph, (Graph, Store)):
             raise TypeError(f"graph must be an ngra_tf.Graph or a store (ngra_tf.runtime.open_store), "
@@ -96,6 +108,12 @@ class GraphModel(keras.Model):
             raise ValueError("a GraphModel needs at least one layer")
         self._pending_input_shape = None
         self._streamer = None
+        self.devices, self.placement, self.topology = devices, placement, topology
+        self.ring = None
+        if devices is not None:
+            self.ring = parallel.DeviceRing(devices, placement, topology)
+            if graph is not None:  # (a loaded model gets its graph later, with its assets)
+                self.ring.check(self.partition)
 
     @property
     def partition(self):
@@ -118,7 +136,8 @@ class GraphModel(keras.Model):
         x = features
         for layer in self.graph_layers:
             if isinstance(layer, SAGALayer):
-                x = layer(x, graph=partition, training=training, schedule=self.schedule, rewrites=self.rewrites)
+                x = layer(x, graph=partition, training=training, schedule=self.schedule, rewrites=self.rewrites,
+                          ring=self.ring)
             else:
                 x = layer(x, training=training)
         return x
@@ -138,6 +157,8 @@ class GraphModel(keras.Model):
                  f"{p.balance()['after']:.2f}), schedule {self.schedule}"]
         if self.store is not None:
             lines += self._streamer_plan().describe()
+        if self.ring is not None:
+            lines.append(self.ring.describe(p.num_parts))
         lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
         text = "\n".join(lines)
         if print_fn is not None:
@@ -297,7 +318,7 @@ class GraphModel(keras.Model):
                                  f"{classes} outputs, got {low if low < 0 else high}")
 
     def _streamer_plan(self) -> budget.Plan:
-        return budget.Plan(self, self.store, self.memory_budget, self.spill)
+        return budget.Plan(self, self.store, self.memory_budget, self.spill, self.ring)
 
     def streamer(self) -> stream.Streamer:
         """The streamed executor of a store-backed model (made once: its plan checks the memory budget)."""
@@ -307,7 +328,7 @@ class GraphModel(keras.Model):
             host = "disk" if self.spill_dir is not None else plan.host
             self._streamer = stream.Streamer(self, self.store, spill=self.spill, host=host,
                                              spill_dir=self.spill_dir, overlap=self.overlap,
-                                             selective=self.selective)
+                                             selective=self.selective, ring=self.ring)
         return self._streamer
 
     def _streamed(self, data):
@@ -318,7 +339,9 @@ class GraphModel(keras.Model):
 
     def train_step(self, data):
         if self.store is None:
-            return super().train_step(data)
+            if self.ring is None or tf.executing_eagerly():
+                return super().train_step(data)
+            return self._colocated_train_step(data)
         streamer, y, sample_weight = self._streamed(data)
         output = streamer.forward(training=True, for_backward=True)
         logits = streamer.gather_output(output)
@@ -332,6 +355,19 @@ class GraphModel(keras.Model):
         streamed = streamer.backward(output, streamer.split(d_logits), weights)
         self.optimizer.apply_gradients(zip([a + b for a, b in zip(streamed, direct)], weights))
         return self.compute_metrics(None, y, logits, sample_weight=sample_weight)
+
+    def _colocated_train_step(self, data):
+        """Keras's train step, with tf.gradients in place of a tape: it places each gradient op on its
+        forward op's device, so every device runs its own steps' backward."""
+        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
+        y_pred = self(x, training=True)
+        loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
+        self._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
+        weights = self.trainable_weights
+        grads = tf.gradients(self.optimizer.scale_loss(loss), [w.value for w in weights],
+                             unconnected_gradients="zero")
+        self.optimizer.apply_gradients(zip(grads, weights))
+        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
 
     def test_step(self, data):
         if self.store is None:
@@ -371,6 +407,10 @@ class GraphModel(keras.Model):
             "overlap": self.overlap,
             "spill_dir": None if self.spill_dir is None else os.fspath(self.spill_dir),
             "selective": self.selective,
+            "devices": self.devices,
+            "placement": self.placement if isinstance(self.placement, str) else self.placement.kind,
+            "topology": None if self.topology is None or isinstance(self.topology, str) else
+            self.ring.topology.to_json(),
         }
 
     @classmethod
@@ -388,7 +428,8 @@ class GraphModel(keras.Model):
                    rewrites=config.get("rewrites", True), memory_budget=config.get("memory_budget"),
                    spill=config.get("spill", "spill"), overlap=config.get("overlap", True),
                    spill_dir=config.get("spill_dir"), selective=config.get("selective", 0.0),
-                   name=config.get("name"))
+                   devices=config.get("devices"), placement=config.get("placement", "ring"),
+                   topology=_topology(config.get("topology")), name=config.get("name"))
 
     def get_build_config(self):
         return {"input_shape": self._input_shape} if self.built else {}
@@ -442,3 +483,8 @@ class GraphModel(keras.Model):
             data = stored["edge_data"] if "edge_data" in stored else None
             # src, dst and edge_data were saved in the user's order; from_edges rebuilds the same edge order.
             self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)
+
+
+def _topology(saved):
+    """A saved topology: a path, or a Topology's JSON."""
+    return parallel.Topology.from_json(saved) if isinstance(saved, dict) else saved

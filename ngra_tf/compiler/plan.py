@@ -26,6 +26,7 @@ P = 1 is the same code with one chunk.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 
 import numpy as np
@@ -328,20 +329,45 @@ def _permute(x, index, inverse):
     return permute(x)
 
 
-def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
-    """The layer's output for vertex rows x (in the user's order) over an in-memory `partition`."""
+class OneDevice:
+    """Where `run` finds vertex rows and runs steps on one device: the vertex stage on all rows at once.
+
+    A layout answers rows(keys, part, j) -- the rows of interval `part`
+    where column j's steps run --, device(j), chunk(i, j) and merge(outputs);
+    ngra_tf.parallel.ring.RingLayout answers the same over several devices.
+    """
+
+    def __init__(self, steps: LayerSteps, partition, x):
+        self.partition = partition
+        self.hoisted = steps.hoist(x)  # what every chunk reads, computed once per vertex
+        self.intervals = Intervals(partition)
+
+    def rows(self, keys, part, j=None) -> dict:
+        return {key: self.intervals.block(key, self.hoisted[key], part) for key in keys}
+
+    def device(self, j):
+        return None
+
+    def chunk(self, i, j):
+        return self.partition.chunk(i, j)
+
+    def merge(self, outputs):
+        return self.intervals.merge(outputs)
+
+
+def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra", ring=None):
+    """The layer's output for vertex rows x (in the user's order) over an in-memory `partition`.
+
+    With `ring` (ngra_tf.parallel.DeviceRing), each column's steps run on the
+    device that owns it, and vertex rows reach the devices along its routes.
+    """
     P = partition.num_parts
     steps = LayerSteps(program, variables)
     steps.check_chunkable(P)
     order = schedule_steps(schedule, P)
-    hoisted = steps.hoist(x)  # the vertex stage: what every chunk reads, computed once per vertex
-    intervals = Intervals(partition)
-
-    def rows(keys, part):
-        return {key: intervals.block(key, hoisted[key], part) for key in keys}
-
+    layout = OneDevice(steps, partition, x) if ring is None else ring.layout(steps, partition, x)
     accumulators = {j: steps.accumulators(partition, j) for j in range(P)}
-    column_memos, outputs, last = {}, {}, []
+    column_memos, outputs, last = {}, {}, {}
 
     def edge_step(i, j):
         if not partition.edge_counts[i, j]:
@@ -351,22 +377,27 @@ def run(program: LayerProgram, partition, x, variables, schedule: str = "ngra"):
             if j not in column_memos:
                 sources = column_sources(partition, j)
                 column_memos[j] = steps.column_memos(
-                    partition, j, {s: partition.chunk(s, j) for s in sources},
-                    {s: rows(steps.source_keys, s) for s in sources}, rows(steps.dest_keys, j))
+                    partition, j, {s: layout.chunk(s, j) for s in sources},
+                    {s: layout.rows(steps.source_keys, s, j) for s in sources}, layout.rows(steps.dest_keys, j, j))
             memo = column_memos[j][i]
-        return steps.reduce_chunk(accumulators[j], i, partition.chunk(i, j), rows(steps.source_keys, i),
-                                  rows(steps.dest_keys, j), memo)
+        return steps.reduce_chunk(accumulators[j], i, layout.chunk(i, j), layout.rows(steps.source_keys, i, j),
+                                  layout.rows(steps.dest_keys, j, j), memo)
 
     def vertex_step(j):
-        outputs[j] = steps.vertex([acc.result() for acc in accumulators[j]], rows(steps.vertex_keys, j))
+        outputs[j] = steps.vertex([acc.result() for acc in accumulators[j]], layout.rows(steps.vertex_keys, j, j))
         return outputs[j]
 
     for step in order:
-        with tf.control_dependencies(last), tf.name_scope(_step_name(step)):
+        device = layout.device(step[-1])  # each device runs its own steps in order, beside the others
+        with _on(device), tf.control_dependencies(last.get(device, [])), tf.name_scope(_step_name(step)):
             result = edge_step(*step[1:]) if step[0] == "edge" else vertex_step(step[1])
         if result is not None and not tf.executing_eagerly():
-            last = [result]
-    return intervals.merge([outputs[j] for j in range(P)])
+            last[device] = [result]
+    return layout.merge([outputs[j] for j in range(P)])
+
+
+def _on(device):
+    return contextlib.nullcontext() if device is None else tf.device(device)
 
 
 def _step_name(step):

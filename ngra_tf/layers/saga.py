@@ -143,19 +143,21 @@ class SAGALayer(keras.layers.Layer):
         # Subclasses make their weights here; sublayers build on first call.
         super().build(input_shape)
 
-    def call(self, inputs, graph=None, training=None, schedule="ngra", rewrites=True):
+    def call(self, inputs, graph=None, training=None, schedule="ngra", rewrites=True, ring=None):
         """The layer over `graph` (a Graph, or a Partition to run chunk by chunk).
 
         The first call for a given input signature traces apply_edge and
         apply_vertex and compiles them (ngra_tf.compiler); `schedule` orders
         the chunk steps and `rewrites` picks the rewrites (True: all).
+        `ring` (ngra_tf.parallel.DeviceRing) spreads the chunk steps over
+        several devices.
         """
         if graph is None:
             raise ValueError(f"{type(self).__name__} must be called with the graph it runs over: "
                              "layer(x, graph=graph), or inside an ngra_tf.GraphModel")
         partition = graph if isinstance(graph, Partition) else _whole(graph)
         program = self.compiled(inputs, partition.graph, rewrites, training)
-        return plan.run(program, partition, inputs, self.variables, schedule)
+        return plan.run(program, partition, inputs, self.variables, schedule, ring)
 
     def compiled(self, inputs, graph, rewrites=True, training=None) -> LayerProgram:
         """The compiled program for vertex rows like `inputs` over a graph like `graph` (cached)."""

@@ -2,7 +2,8 @@
 
 `Plan` estimates what one step of a store-backed model holds on the device
 tier (NeuGraph §3, ROC's planner), checks it against `memory_budget` and
-decides whether the host tier is host memory or a spill directory.
+decides whether the host tier is host memory or a spill directory. Over
+several devices the estimate and the budget are per device.
 GraphModel.explain() prints it. The estimate is checked by measurement
 (ngra_tf.runtime.resident) in tests and in the README's reddit-middle runs.
 """
@@ -14,7 +15,7 @@ import tensorflow as tf
 
 from ngra_tf.runtime import memory
 from ngra_tf.runtime.resident import format_bytes
-from ngra_tf.runtime.stream import GraphShapes, model_stages, tile_rows
+from ngra_tf.runtime.stream import GraphShapes, columns_at_once, model_stages, tile_rows
 
 # What the runtime itself adds once training starts, whatever the graph: Keras's fit machinery, TensorFlow's
 # eager kernel caches and the loader thread's allocator arena (measured here: 60-72 MiB over a tiny store).
@@ -39,22 +40,28 @@ class Plan:
 
       hoist    2 input blocks (double-buffered) + its gradient, the hoisted rows and their gradients
       chunk    2 chunks (double-buffered) + 4 source blocks (the row's rows, its gradient sum, a
-               chunk's gradient, the next row read ahead) + destination rows and gradients
-               + 2 accumulator blocks (A[j] or its gradient, and a max/min chain's init)
+               chunk's gradient, the next row arriving) + the destination rows and accumulator
+               blocks of the columns a device holds at once (stream.columns_at_once: one on one
+               device), and one more of each (their gradients, a max/min chain's init)
                + per-edge tensors of an unfused edge stage (messages, gradients, scattered rows)
       column   (edge.softmax layers) every chunk and source block of the column, and per-edge tensors
       vertex   accumulators, the vertex rows, the output and its gradient
 
-    A block is the largest interval's rows. The host tier is host memory when
-    the activations the plan keeps (every layer's output, and with
-    spill="spill" the hoisted rows and A[j]) fit in the budget beside the
-    step, and a spill directory on disk otherwise. A budget below the
-    estimate fails at once, naming the smallest budget that would work.
+    A block is the largest interval's rows. Over several devices (`ring`)
+    the estimate is what one device holds, and the budget is each device's.
+    The host tier is host memory when the activations the plan keeps (every
+    layer's output, and with spill="spill" the hoisted rows and A[j]) fit in
+    the budget beside the step, and a spill directory on disk otherwise. A
+    budget below the estimate fails at once, naming the smallest budget that
+    would work. `shared_rows` is what a forward pass loads of the source rows
+    that chunks share (row by row): once per route over several devices.
     """
 
-    def __init__(self, model, store, budget: int | None, spill: str):
+    def __init__(self, model, store, budget: int | None, spill: str, ring=None):
         self.model, self.store, self.budget, self.spill = model, store, budget, spill
-        self.steps, self.resident, self.activations = self._estimate()
+        self.ring = ring
+        self.num_devices = 1 if ring is None else len(ring.devices)
+        self.steps, self.resident, self.activations, self.shared_rows = self._estimate()
         self.largest = max(self.steps, key=lambda step: step[1])
         self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + RUNTIME_OVERHEAD
         if budget is None or self.working_set + self.activations <= budget:
@@ -64,22 +71,31 @@ class Plan:
 
     def check(self):
         if self.budget is not None and self.working_set > self.budget:
+            per_device, more_devices = "", ""
+            if self.num_devices > 1:  # chunks do not shrink what a device holds of its columns; devices do
+                per_device = f" per device (of {self.num_devices})"
+                more_devices = ", or spread it over more devices"
             raise MemoryBudgetError(
-                f"memory budget {format_bytes(self.budget)} ({self.budget} bytes) is too small for "
+                f"memory budget {format_bytes(self.budget)} ({self.budget} bytes){per_device} is too small for "
                 f"{self.store.path} at P={self.store.num_parts}: its largest step ({self.largest[0]}) needs "
                 f"{format_bytes(self.largest[1])} ({STEP_FACTOR}x that with its temporaries), "
                 f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(RUNTIME_OVERHEAD)}; "
                 f"the smallest budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), "
-                f"or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...)")
+                f"or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...){more_devices}")
 
     def describe(self) -> list:
+        per_device = " per device" if self.num_devices > 1 else ""
         lines = [f"  streamed from {self.store.path} ({self.store.format}), spill policy {self.spill}",
-                 f"  working set (estimate): {format_bytes(self.working_set)} = {STEP_FACTOR} x largest step "
-                 f"({self.largest[0]}) {format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x resident "
+                 f"  working set (estimate){per_device}: {format_bytes(self.working_set)} = {STEP_FACTOR} x largest "
+                 f"step ({self.largest[0]}) {format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x resident "
                  f"{format_bytes(self.resident)} + runtime {format_bytes(RUNTIME_OVERHEAD)}"]
         budget = "none" if self.budget is None else format_bytes(self.budget)
-        lines.append(f"  memory budget {budget}: kept activations {format_bytes(self.activations)} in the host "
-                     f"tier, which is {'host memory' if self.host == 'memory' else 'a spill directory on disk'}")
+        tier = "host memory" if self.host == "memory" else "a spill directory on disk"
+        lines.append(f"  memory budget {budget}{per_device}: kept activations {format_bytes(self.activations)} in "
+                     f"the host tier, which is {tier}")
+        if self.ring is not None:
+            lines.append(f"  shared source rows: {format_bytes(self.shared_rows)} per forward pass, loaded from the "
+                         f"host {len(self.ring.routes(0))}x (once per route), passed on device to device")
         return lines
 
     def _estimate(self):
@@ -101,7 +117,7 @@ class Plan:
         row_shape, _ = store.vertex_spec("features")
         stages = model_stages(model, tf.TensorSpec([None] + list(row_shape), model.compute_dtype), GraphShapes(store),
                               True, store.num_parts)
-        steps, activations = [], 0
+        steps, activations, shared_rows = [], 0, 0
         for stage in stages:
             name = f"stage {stage.index}"
             in_row, out_row = row_bytes(stage.input_spec), row_bytes(stage.output_spec)
@@ -128,12 +144,14 @@ class Plan:
                 steps.append((f"{name} column", column_chunks * (chunk + 2 * rows * src) + column_edges * per_edge
                               + rows * (2 * dst + 4 * acc)))
             else:
-                steps.append((f"{name} chunk", 2 * chunk + rows * (4 * src + 2 * dst + 2 * acc)
+                held = columns_at_once(store.num_parts, self.num_devices, layer_steps)
+                steps.append((f"{name} chunk", 2 * chunk + rows * (4 * src + (held + 1) * (dst + acc))
                               + max_edges * per_edge))
+                shared_rows += V * src
             steps.append((f"{name} vertex", rows * (3 * acc + 2 * vtx + 3 * out_row)))
             activations += V * (out_row + src + dst + vtx + (acc if self.spill == "spill" else 0))
         logits_row = row_bytes(stages[-1].output_spec)
         masks = 4 * sum(1 for name in store.vertex_names if name.endswith("mask"))
         weights = sum(int(np.prod(v.shape)) * itemsize for v in model.trainable_weights)
         resident = V * (4 * logits_row + 8 + masks) + 4 * weights
-        return steps, resident, activations
+        return steps, resident, activations, shared_rows
