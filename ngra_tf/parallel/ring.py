@@ -120,15 +120,19 @@ class DeviceRing:
         self.placement, self.topology, self.host = placement, topology, host
         self.device_of = dict(zip(leaves, self.devices))
         self.order = [self.device_of[leaf] for leaf in placement.devices]  # ring (or chain) order
-        self._chunks = {}
+        self._chunks, self._routes = {}, {}
 
     def owner(self, j: int) -> str:
         """The device that holds A[j]: intervals dealt round the ring (the partition balances their edges)."""
         return self.order[j % len(self.order)]
 
-    def routes(self, part: int) -> list:
-        """The routes interval `part`'s rows take: [loader, next, ...] as TF device names."""
-        return [[self.device_of[leaf] for leaf in route] for route in self.placement.routes(part)]
+    def routes(self, part: int) -> tuple:
+        """The routes interval `part`'s rows take: [loader, next, ...] as TF device names (the streamer asks
+        once per row step, so they are made once per interval)."""
+        if part not in self._routes:
+            self._routes[part] = tuple(tuple(self.device_of[leaf] for leaf in route)
+                                       for route in self.placement.routes(part))
+        return self._routes[part]
 
     def check(self, partition):
         if partition.num_parts < len(self.devices):
