@@ -15,11 +15,11 @@ SAGA layers get the graph; other Keras layers (Dropout, Dense, ...) act per
 vertex. The graph is saved with the model (as a Keras asset), so
 `keras.models.load_model` gives back a working model.
 
-In place of a Graph, a model may take a chunk store (ngra_tf.runtime.open_store):
+In place of a Graph, a model may take a chunk store (ngra_tf.store.open_store):
 its features, labels and masks stay on disk and every step streams chunks and
 intervals through a memory budget (ngra_tf.runtime.stream):
 
-    store = ngra_tf.runtime.open_store("reddit.store")
+    store = ngra_tf.store.open_store("reddit.store")
     model = ngra_tf.GraphModel(store, [GCN(128, activation="relu"), GCN(41)], memory_budget="256MB")
     model.compile(...)
     model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"))
@@ -39,6 +39,7 @@ memory_budget per device.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -46,12 +47,15 @@ import keras
 import numpy as np
 import tensorflow as tf
 
-from ngra_tf.compiler import SCHEDULES, parse_rewrites
+from ngra_tf.compiler import parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf import parallel
 from ngra_tf.layers.saga import SAGALayer
-from ngra_tf.runtime import budget, integrity, memory, stream
-from ngra_tf.runtime.store import Store, VertexArray, open_store
+from ngra_tf.runtime import budget
+from ngra_tf.store import integrity, memory
+from ngra_tf.runtime.executor import SPILL_POLICIES, Executor, MemorySource, StoreSource, stages_of
+from ngra_tf.runtime.schedule import check_schedule
+from ngra_tf.store.store import Store, VertexArray, open_store
 
 _GRAPH_ASSET = "graph.npz"
 _STORE_ASSET = "store.json"
@@ -77,7 +81,7 @@ class GraphModel(keras.Model):
                  **kwargs):
         super().__init__(**kwargs)
         if graph is not None and not isinstance(graph, (Graph, Store)):
-            raise TypeError(f"graph must be an ngra_tf.Graph or a store (ngra_tf.runtime.open_store), "
+            raise TypeError(f"graph must be an ngra_tf.Graph or a store (ngra_tf.store.open_store), "
                             f"got {type(graph).__name__}")
         store = graph if isinstance(graph, Store) else None
         if chunks is None:
@@ -87,13 +91,12 @@ class GraphModel(keras.Model):
         if store is not None and chunks != store.num_parts:
             raise ValueError(f"chunks={chunks}, but the store {store.path} is partitioned into {store.num_parts}: "
                              f"leave chunks unset, or convert the graph again with --chunks={chunks}")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule must be one of {', '.join(SCHEDULES)}; got {schedule!r}")
-        if spill not in stream.SPILL_POLICIES:
-            raise ValueError(f"spill must be one of {', '.join(stream.SPILL_POLICIES)}; got {spill!r}")
+        check_schedule(schedule)
+        if spill not in SPILL_POLICIES:
+            raise ValueError(f"spill must be one of {', '.join(SPILL_POLICIES)}; got {spill!r}")
         if memory_budget is not None and store is None:
             raise ValueError("memory_budget applies to a store-backed model: convert the graph into a store "
-                             "(tools/partition_graph.py, or ngra_tf.runtime.write_store) and pass the store")
+                             "(tools/partition_graph.py, or ngra_tf.store.write_store) and pass the store")
         self.chunks, self.schedule = int(chunks), schedule
         self.rewrites = sorted(parse_rewrites(rewrites))  # validated; a list keeps the config JSON-friendly
         self.memory_budget = None if memory_budget is None else memory.parse_size(memory_budget)
@@ -107,7 +110,8 @@ class GraphModel(keras.Model):
         if not self.graph_layers:
             raise ValueError("a GraphModel needs at least one layer")
         self._pending_input_shape = None
-        self._streamer = None
+        self._executor = None
+        self._features = "features"  # the store's vertex array a store-backed model reads as its input
         self.devices, self.placement, self.topology = devices, placement, topology
         self.ring = None
         if devices is not None:
@@ -129,18 +133,36 @@ class GraphModel(keras.Model):
         return (self.store if self.store is not None else self.graph).num_vertices
 
     def call(self, features, training=None):
-        if self.store is not None:
+        if self.store is not None and (not hasattr(features, "dtype") or features.dtype != tf.string):
             raise ValueError("a store-backed GraphModel runs through fit, evaluate and predict, given "
                              "store.array(name) as its features; it is not called on a tensor")
-        partition = self.partition
-        x = features
-        for layer in self.graph_layers:
-            if isinstance(layer, SAGALayer):
-                x = layer(x, graph=partition, training=training, schedule=self.schedule, rewrites=self.rewrites,
-                          ring=self.ring)
+        return self.executor()(features, training)
+
+    def executor(self) -> Executor:
+        """The executor of this model's stages over its graph or store (made once; a store-backed model's
+        plan is checked against its memory budget first)."""
+        if self._executor is None:
+            stages = stages_of(self.graph_layers, lambda layer: isinstance(layer, SAGALayer))
+            if self.store is None:
+                self._executor = Executor(stages, MemorySource(self.partition), self.schedule, self.rewrites,
+                                          compute_dtype=self.compute_dtype, ring=self.ring)
             else:
-                x = layer(x, training=training)
-        return x
+                executor = Executor(stages, StoreSource(self.store, self._features), self.schedule, self.rewrites,
+                                    spill=self.spill, spill_dir=self.spill_dir, compute_dtype=self.compute_dtype,
+                                    ring=self.ring, selective=self.selective)
+                plan = budget.Plan(executor, self, self.memory_budget)
+                plan.check()  # a budget that is too small fails before any work
+                executor.host = "disk" if self.spill_dir is not None else plan.host
+                self._executor, self._memory_plan = executor, plan
+        return self._executor
+
+    def memory_plan(self) -> budget.Plan:
+        """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.budget)."""
+        if self.store is None:
+            raise ValueError("memory_plan() describes a store-backed model's budget; this model holds its graph "
+                             "in memory")
+        self.executor()
+        return self._memory_plan
 
     def explain(self, print_fn=print) -> str:
         """Prints (and returns) the plan: chunks, schedule, and per SAGA layer its
@@ -156,7 +178,7 @@ class GraphModel(keras.Model):
                  f"{p.num_parts}x{p.num_parts} chunks ({nonempty} non-empty, edge imbalance "
                  f"{p.balance()['after']:.2f}), schedule {self.schedule}"]
         if self.store is not None:
-            lines += self._streamer_plan().describe()
+            lines += self.memory_plan().describe()
         if self.ring is not None:
             lines.append(self.ring.describe(p.num_parts))
         lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
@@ -224,18 +246,21 @@ class GraphModel(keras.Model):
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
             validation_data = self._graph_batch(*validation_data)
-        return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
+        with self._host_tier():
+            return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):
         kwargs = self._whole_graph(kwargs)
-        # fit's per-epoch validation passes its own (already checked) dataset.
-        if self.store is not None and not kwargs.get("_use_cached_eval_dataset"):
-            x, y, sample_weight = self._stream_batch(x, y, sample_weight, "evaluate"), None, None
-        elif not isinstance(x, tf.data.Dataset) and not kwargs.get("_use_cached_eval_dataset"):
-            self._build_for(x)
-            self._check(x, y, sample_weight, "evaluate")
-            x, y, sample_weight = self._graph_batch(x, y, sample_weight), None, None
-        return super().evaluate(x, y, sample_weight=sample_weight, **kwargs)
+        # A dataset passes through: fit's per-epoch validation hands back the one it made.
+        if not isinstance(x, tf.data.Dataset):
+            if self.store is not None:
+                x, y, sample_weight = self._stream_batch(x, y, sample_weight, "evaluate"), None, None
+            else:
+                self._build_for(x)
+                self._check(x, y, sample_weight, "evaluate")
+                x, y, sample_weight = self._graph_batch(x, y, sample_weight), None, None
+        with self._host_tier():
+            return super().evaluate(x, y, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, **kwargs):
         kwargs = self._whole_graph(kwargs)
@@ -245,7 +270,17 @@ class GraphModel(keras.Model):
             self._build_for(x)
             self._check(x, what="predict")
             x = self._graph_batch(x)
-        return super().predict(x, **kwargs)
+        with self._host_tier():
+            return super().predict(x, **kwargs)
+
+    @contextlib.contextmanager
+    def _host_tier(self):
+        """Around fit / evaluate / predict: a store-backed model's spill files go when they return or fail."""
+        try:
+            yield
+        finally:
+            if self.store is not None and self._executor is not None:
+                self._executor.close()
 
     def _build_for(self, x):
         if not self.built and getattr(x, "shape", None) is not None and len(x.shape) >= 1:
@@ -269,15 +304,6 @@ class GraphModel(keras.Model):
 
     # ---- store-backed models: streamed steps ----
 
-    def compile(self, *args, **kwargs):
-        if self.store is not None:
-            # A streamed step is a Python loop over chunks that loads and spills between
-            # them (each step's ops run as they are issued), not one traced graph.
-            if kwargs.get("jit_compile") is True:
-                raise ValueError("a store-backed GraphModel cannot be compiled with XLA (jit_compile=True)")
-            kwargs["run_eagerly"], kwargs["jit_compile"] = True, False
-        super().compile(*args, **kwargs)
-
     def _stream_batch(self, x=None, y=None, sample_weight=None, what="fit"):
         """A one-element dataset (features name, labels, mask) in the store's interval order."""
         store = self.store
@@ -288,21 +314,22 @@ class GraphModel(keras.Model):
                              f"store.array(name) of {store.path}, got {type(x).__name__}")
         if y is None and sample_weight is not None:
             raise ValueError("sample_weight (the vertex mask) needs labels")
+        if x.name != self._features:
+            self._features, self._executor = x.name, None
         if not self.built:
             self.build(x.shape)
-        self.streamer()  # plans the steps now: a budget that is too small fails before any work
+        self.executor()  # plans the steps now: a budget that is too small fails before any work
         parts = [tf.constant([x.name])]
         for name, value in (("labels", y), ("sample_weight (the vertex mask)", sample_weight)):
             if value is None:
                 continue
             if isinstance(value, VertexArray):
-                rows = value.read(order="interval")
+                rows = value.read()
             else:
                 rows = np.asarray(value)
                 if rows.shape[:1] != (store.num_vertices,):
                     raise ValueError(f"{what}: {name} must have one entry per vertex ({store.num_vertices}), "
                                      f"got shape {rows.shape}")
-                rows = rows[store.order]
             parts.append(tf.cast(rows, tf.float32) if "mask" in name else tf.convert_to_tensor(rows))
         if y is not None:
             self._check_labels(parts[1].numpy(), what)
@@ -317,73 +344,6 @@ class GraphModel(keras.Model):
                 raise ValueError(f"{what}: labels must lie in [0, {classes}) for a model with "
                                  f"{classes} outputs, got {low if low < 0 else high}")
 
-    def _streamer_plan(self) -> budget.Plan:
-        return budget.Plan(self, self.store, self.memory_budget, self.spill, self.ring)
-
-    def streamer(self) -> stream.Streamer:
-        """The streamed executor of a store-backed model (made once: its plan checks the memory budget)."""
-        if self._streamer is None:
-            plan = self._streamer_plan()
-            plan.check()
-            host = "disk" if self.spill_dir is not None else plan.host
-            self._streamer = stream.Streamer(self, self.store, spill=self.spill, host=host,
-                                             spill_dir=self.spill_dir, overlap=self.overlap,
-                                             selective=self.selective, ring=self.ring)
-        return self._streamer
-
-    def _streamed(self, data):
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        streamer = self.streamer()
-        streamer.features = x.numpy()[0].decode()
-        return streamer, y, sample_weight
-
-    def train_step(self, data):
-        if self.store is None:
-            if self.ring is None or tf.executing_eagerly():
-                return super().train_step(data)
-            return self._colocated_train_step(data)
-        streamer, y, sample_weight = self._streamed(data)
-        output = streamer.forward(training=True, for_backward=True)
-        logits = streamer.gather_output(output)
-        weights = self.trainable_weights
-        with tf.GradientTape() as tape:
-            tape.watch(logits)
-            loss = self._compute_loss(y=y, y_pred=logits, sample_weight=sample_weight, training=True)
-            self._loss_tracker.update_state(loss, sample_weight=1)
-            scaled = self.optimizer.scale_loss(loss)
-        d_logits, *direct = stream.gradients(tape, scaled, [logits] + weights)
-        streamed = streamer.backward(output, streamer.split(d_logits), weights)
-        self.optimizer.apply_gradients(zip([a + b for a, b in zip(streamed, direct)], weights))
-        return self.compute_metrics(None, y, logits, sample_weight=sample_weight)
-
-    def _colocated_train_step(self, data):
-        """Keras's train step, with tf.gradients in place of a tape: it places each gradient op on its
-        forward op's device, so every device runs its own steps' backward."""
-        x, y, sample_weight = keras.utils.unpack_x_y_sample_weight(data)
-        y_pred = self(x, training=True)
-        loss = self._compute_loss(x=x, y=y, y_pred=y_pred, sample_weight=sample_weight, training=True)
-        self._loss_tracker.update_state(loss, sample_weight=tf.shape(x)[0])
-        weights = self.trainable_weights
-        grads = tf.gradients(self.optimizer.scale_loss(loss), [w.value for w in weights],
-                             unconnected_gradients="zero")
-        self.optimizer.apply_gradients(zip(grads, weights))
-        return self.compute_metrics(x, y, y_pred, sample_weight=sample_weight)
-
-    def test_step(self, data):
-        if self.store is None:
-            return super().test_step(data)
-        streamer, y, sample_weight = self._streamed(data)
-        logits = streamer.infer()
-        loss = self._compute_loss(y=y, y_pred=logits, sample_weight=sample_weight, training=False)
-        self._loss_tracker.update_state(loss, sample_weight=1)
-        return self.compute_metrics(None, y, logits, sample_weight=sample_weight)
-
-    def predict_step(self, data):
-        if self.store is None:
-            return super().predict_step(data)
-        streamer, _, _ = self._streamed(data)
-        logits = streamer.infer()
-        return tf.gather(logits, self.store.partition().position_tensor())  # the user's vertex order
 
     def compute_output_shape(self, input_shape):
         shape = tuple(input_shape)

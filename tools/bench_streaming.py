@@ -117,7 +117,7 @@ def main(argv):
     unknown = set(FLAGS.configs) - set(CONFIGS)
     if unknown or not FLAGS.configs:
         raise app.UsageError(f"--configs: choose from {', '.join(CONFIGS)}; got {FLAGS.configs}")
-    from ngra_tf.runtime import memory, open_store  # noqa: PLC0415
+    from ngra_tf.store import memory, open_store  # noqa: PLC0415
 
     if FLAGS.spill not in ("spill", "recompute"):
         raise app.UsageError(f"--spill must be spill or recompute, got {FLAGS.spill!r}")

@@ -17,7 +17,7 @@ The conversion works within the memory bound: it reads the edges in blocks
 sizes in streaming passes, writes each edge to its chunk's scratch bucket,
 then builds one chunk at a time, and copies each vertex array in row blocks.
 The store equals `graph.partition(P)` of the same graph exactly
-(ngra_tf.runtime.open_store reads it). Sizes: 256MB and 2GB are powers of
+(ngra_tf.store.open_store reads it). Sizes: 256MB and 2GB are powers of
 1000, 256MiB, 1.5GiB and 512M powers of 1024.
 
 Exit status 1 with a message on bad input (missing file, malformed line,
@@ -93,7 +93,7 @@ class _Progress:
 
 
 def _inputs():
-    from ngra_tf.runtime import presets, sources  # noqa: PLC0415
+    from ngra_tf.store import presets, sources  # noqa: PLC0415
 
     if FLAGS.preset is not None:
         if FLAGS.edges or FLAGS.features or FLAGS.labels or FLAGS.num_vertices is not None:
@@ -128,7 +128,8 @@ def main(argv):
         raise app.UsageError("--output is required")
     if FLAGS.chunks is None and FLAGS.memory_budget is None:
         raise app.UsageError("give --chunks=P or --memory_budget=SIZE")
-    from ngra_tf.runtime import convert, memory, resident  # noqa: PLC0415  (loads TensorFlow: after the flags)
+    from ngra_tf.runtime import resident  # noqa: PLC0415  (loads TensorFlow: after the flags)
+    from ngra_tf.store import convert, memory
 
     baseline = resident.mark()  # TensorFlow is loaded: what follows is the conversion's
     start = time.perf_counter()

@@ -119,3 +119,45 @@ class Adjacency:
 
     def __repr__(self):
         return f"Adjacency(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
+
+
+class LoadedAdjacency:
+    """An adjacency whose index arrays are tensors, sized only when they run.
+
+    What a compiled loop holds of a chunk it loaded (sliced from a packed
+    partition or read from a store) in one iteration: the same five arrays
+    as Adjacency.tensors(), with the vertex and edge counts unknown while
+    the loop is traced. The propagation ops take it wherever they take an
+    Adjacency.
+    """
+
+    __slots__ = ("_tensors",)
+    num_src = num_dst = num_edges = None  # known only at run time
+
+    def __init__(self, tensors: AdjacencyTensors):
+        self._tensors = AdjacencyTensors(*tensors)
+
+    @property
+    def index_dtype(self):
+        return self._tensors.csc_src.dtype
+
+    def tensors(self) -> AdjacencyTensors:
+        return self._tensors
+
+    @property
+    def src(self):
+        """Source vertex of each edge, by edge id (a tensor)."""
+        return self._tensors.csc_src
+
+    @property
+    def dst(self):
+        """Destination vertex of each edge, by edge id (a tensor)."""
+        indptr = self._tensors.csc_indptr
+        return tf.repeat(tf.range(tf.size(indptr, out_type=indptr.dtype) - 1, dtype=indptr.dtype),
+                         indptr[1:] - indptr[:-1])
+
+    def num_dst_tensor(self):
+        return tf.size(self._tensors.csc_indptr, out_type=self.index_dtype) - 1
+
+    def __repr__(self):
+        return f"LoadedAdjacency({', '.join(f'{k}={v.shape}' for k, v in self._tensors._asdict().items())})"

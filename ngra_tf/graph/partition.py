@@ -14,7 +14,7 @@ import dataclasses
 
 import numpy as np
 
-from ngra_tf.graph.adjacency import Adjacency
+from ngra_tf.graph.adjacency import Adjacency, LoadedAdjacency
 from ngra_tf.graph.graph import Graph, _cached_tensor
 
 
@@ -38,6 +38,18 @@ class Chunk:
 
     def __repr__(self):
         return f"Chunk({self.src_part}, {self.dst_part}, num_edges={self.num_edges})"
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class LoadedChunk:
+    """A chunk as a compiled loop holds it in one iteration: its arrays as tensors (LoadedAdjacency) and
+    its edge data (a tensor, in its CSC order, or None)."""
+
+    adjacency: LoadedAdjacency
+    edge_data: object = None
+
+    def edge_data_tensor(self):
+        return self.edge_data
 
 
 def chunk_from_edges(src_part: int, dst_part: int, local_src: np.ndarray, local_dst: np.ndarray, num_src: int,

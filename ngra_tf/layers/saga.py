@@ -21,12 +21,12 @@ import contextlib
 import keras
 import tensorflow as tf
 
-from ngra_tf.compiler import plan
 from ngra_tf.compiler.edges import NO_EDGE_DATA
 from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
 from ngra_tf.graph.partition import Partition
 from ngra_tf.ops import propagation
 from ngra_tf.ops.softmax import edge_softmax
+from ngra_tf.runtime.executor import Executor, MemorySource, Stage
 
 # Accumulators: how Gather combines a vertex's messages. "a|b" applies each
 # and concatenates the results along the last axis (our reading of NGra's
@@ -156,8 +156,17 @@ class SAGALayer(keras.layers.Layer):
             raise ValueError(f"{type(self).__name__} must be called with the graph it runs over: "
                              "layer(x, graph=graph), or inside an ngra_tf.GraphModel")
         partition = graph if isinstance(graph, Partition) else _whole(graph)
-        program = self.compiled(inputs, partition.graph, rewrites, training)
-        return plan.run(program, partition, inputs, self.variables, schedule, ring)
+        return self._executor(partition, schedule, rewrites, ring)(inputs, training)
+
+    def _executor(self, partition, schedule, rewrites, ring):
+        """The executor of this layer alone over `partition` (made once per partition and options)."""
+        key = (id(partition), schedule, parse_rewrites(rewrites), id(ring))
+        cache = self.__dict__.setdefault("_executors", {})
+        if key not in cache:
+            executor = Executor([Stage([], self)], MemorySource(partition), schedule, rewrites,
+                                compute_dtype=self.compute_dtype, ring=ring)
+            cache[key] = (partition, ring, executor)  # the partition and ring are kept so that their ids stay theirs
+        return cache[key][2]
 
     def compiled(self, inputs, graph, rewrites=True, training=None) -> LayerProgram:
         """The compiled program for vertex rows like `inputs` over a graph like `graph` (cached)."""

@@ -2,6 +2,7 @@
 
 from ngra_tf.ops._loader import library, library_path
 from ngra_tf.ops.copy import copy_d2d, copy_d2h, copy_h2d, copy_stats
+from ngra_tf.ops.fileio import read_file, write_file
 from ngra_tf.ops.propagation import PROGRAMS, REDUCES, fused_gather, gather, scatter
 
 __all__ = [
@@ -15,5 +16,7 @@ __all__ = [
     "gather",
     "library",
     "library_path",
+    "read_file",
     "scatter",
+    "write_file",
 ]

@@ -102,3 +102,23 @@ def _d2h_grad(op, grad):
 @tf.RegisterGradient("NgraCopyD2D")
 def _d2d_grad(op, grad):
     return library().ngra_copy_d2d(grad)
+
+
+# The gradient ops themselves are not differentiated again. TensorFlow may still build their gradients
+# (tf.while_loop does so eagerly under a persistent or nested tape, in case a second derivative is asked
+# for); each then fails only if it is run, naming the op, instead of failing every such tape.
+def _second_order_unsupported(op, *grads):
+    def fail(tensor):
+        if not tensor.dtype.is_floating:
+            return None
+        check = tf.debugging.Assert(False, [f"ngra_tf: {op.type} (the gradient of a propagation op) has no "
+                                            "gradient of its own: second derivatives through graph layers are "
+                                            "not supported"])
+        with tf.control_dependencies([check]):
+            return tf.zeros_like(tensor)
+
+    return [fail(t) for t in op.inputs]
+
+
+for _name in ("NgraFusedGatherGrad", "NgraGatherGradArg", "NgraInitGrad"):
+    tf.RegisterGradient(_name)(_second_order_unsupported)

@@ -10,7 +10,14 @@ tensors have one row per edge:
   extra pass; explicit edge_data of fused_gather is put in stored order by
   one tf.gather (the graph's own edge data is already stored that way).
 - for a Chunk or an Adjacency, in its own CSC order (edge id = CSC position),
-  the order of Chunk.edge_data; the compiler's chunk steps use this.
+  the order of Chunk.edge_data; the compiler's chunk steps use this. A
+  LoadedAdjacency (a chunk's arrays as tensors, inside a compiled loop) is
+  taken like an Adjacency, with its sizes known only when the ops run.
+
+`gather` and `fused_gather` can also return each result element's winning
+edge (max/min), and `gather_grad` / `fused_gather_grads` compute their
+vector-Jacobian products from it directly: the executor differentiates a
+chunk step with these, without running its forward kernel again.
 
 Arguments are validated here, before any op is built, so mistakes surface as
 a ValueError that names the argument.
@@ -24,6 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from ngra_tf.graph import Adjacency, Graph
+from ngra_tf.graph.adjacency import LoadedAdjacency
 from ngra_tf.ops import reference
 from ngra_tf.ops._loader import library
 
@@ -50,12 +58,12 @@ _WIDENED_DTYPES = (tf.float16, tf.bfloat16)  # computed in float32
 
 def _resolve(graph):
     """(adjacency, its own edge data in adjacency order or None, the Graph if edges are in user order)."""
-    if isinstance(graph, Adjacency):
+    if isinstance(graph, (Adjacency, LoadedAdjacency)):
         return graph, None, None
     if isinstance(graph, Graph):
         return graph.adjacency, graph.stored_edge_data, graph
     adjacency = getattr(graph, "adjacency", None)
-    if not isinstance(adjacency, Adjacency):
+    if not isinstance(adjacency, (Adjacency, LoadedAdjacency)):
         raise TypeError(f"graph must be a Graph, a Chunk or an Adjacency, got {type(graph).__name__}")
     return adjacency, getattr(graph, "edge_data", None), None
 
@@ -78,9 +86,10 @@ def _float_tensor(name, x):
 
 
 def _check_rows(name, x, rows, what):
+    """rows: the expected count, or None where it is known only at run time (a LoadedAdjacency)."""
     if x.shape.rank == 0:
         raise ValueError(f"{name} must have one row per {what}, got a scalar")
-    if x.shape[0] is not None and x.shape[0] != rows:
+    if rows is not None and x.shape[0] is not None and x.shape[0] != rows:
         raise ValueError(f"{name} must have one row per {what} ({rows}), got shape {x.shape}")
 
 
@@ -90,6 +99,11 @@ def _compute_dtype(dtype):
 
 def _empty(dtype):
     return tf.zeros([0], dtype)
+
+
+def _num_dst(adjacency):
+    """The destination count: an int, or a tensor for a LoadedAdjacency."""
+    return adjacency.num_dst if adjacency.num_dst is not None else adjacency.num_dst_tensor()
 
 
 def scatter(graph, x_src, x_dst=None):
@@ -145,7 +159,7 @@ def _init_tensor(init, reduce, num_dst, feature_shape, dtype):
     return init
 
 
-def gather(graph, edge_values, reduce="sum", init=None):
+def gather(graph, edge_values, reduce="sum", init=None, return_argedge=False):
     """Reduces edge rows into their destination vertices.
 
     reduce is sum, mean, max or min; a vertex with no in-edges gets 0. The
@@ -158,6 +172,10 @@ def gather(graph, edge_values, reduce="sum", init=None):
     before all of its edges: sum adds to it, max/min compare with it (and it
     wins ties, taking the gradient), and a vertex with no in-edges gets
     init's row. The kernel may reduce into init's buffer in place.
+
+    With return_argedge, returns (result, argedge): for max and min the
+    winning edge of each element (-1 where init or nothing won), for sum
+    and mean an empty tensor; gather_grad takes it.
     """
     _check_choice("reduce", reduce, REDUCES)
     adjacency, _, user_graph = _resolve(graph)
@@ -171,16 +189,56 @@ def gather(graph, edge_values, reduce="sum", init=None):
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph  # dst in the edge tensors' order
-        out = reference.gather(values, edges.dst, adjacency.num_dst, reduce, init)
+        out, argedge = reference.gather(values, edges.dst, _num_dst(adjacency), reduce, init, return_argedge)
     else:
         ids = _user_ids(user_graph)
-        out, _ = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
-                                 _empty(adjacency.index_dtype) if ids is None else ids.csc,
-                                 _empty(compute) if init is None else init, reduce=reduce)
+        out, argedge = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
+                                       _empty(adjacency.index_dtype) if ids is None else ids.csc,
+                                       _empty(compute) if init is None else init, reduce=reduce)
+    out = tf.cast(out, dtype)
+    return (out, argedge) if return_argedge else out
+
+
+def gather_grad(graph, grad, reduce, argedge=None):
+    """d loss / d edge_values of gather(graph, edge_values, reduce, init), given d loss / d result.
+
+    argedge is gather's (return_argedge=True), needed for max and min. The
+    result's gradient does not depend on init (d init is `grad` for sum and
+    grad where argedge is -1 for max/min), so a chunk reduced into a column
+    accumulator is differentiated alone.
+    """
+    _check_choice("reduce", reduce, REDUCES)
+    adjacency, _, user_graph = _resolve(graph)
+    grad = _float_tensor("grad", grad)
+    dtype = grad.dtype
+    grad = tf.cast(grad, _compute_dtype(dtype))
+    lib = library()
+    if lib is None:
+        edges = adjacency if user_graph is None else user_graph
+        out = reference.gather_grad(grad, edges.dst, reduce, argedge)
+    else:
+        t, ids = adjacency.tensors(), _user_ids(user_graph)
+        edge_ids = _empty(adjacency.index_dtype) if ids is None else ids.csc
+        if reduce in ("max", "min"):
+            out = lib.ngra_gather_grad_arg(grad, argedge, t.csc_indptr, edge_ids)
+        else:
+            if reduce == "mean":
+                degree = tf.cast(tf.maximum(t.csc_indptr[1:] - t.csc_indptr[:-1], 1), grad.dtype)
+                grad = grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
+            out = lib.ngra_scatter(grad, t.csc_indptr, edge_ids)
+        out.set_shape([adjacency.num_edges] + grad.shape[1:].as_list())
     return tf.cast(out, dtype)
 
 
-def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum", init=None):
+# A fused gather's operands as the kernels take them: x_src [V, (slots,) width] and x_dst [V, width] in
+# the compute dtype, weight [E, W], types [E] int32, init [V, width] or None; `dtype` and `feature_shape`
+# are the result's.
+_Operands = collections.namedtuple("_Operands", ["adjacency", "x_src", "x_dst", "weight", "types", "init", "dtype",
+                                                 "feature_shape"])
+
+
+def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum", init=None,
+                 return_argedge=False):
     """Scatter -> element-wise ApplyEdge -> Gather in one kernel, with no per-edge tensor.
 
     out[v] = reduce over edges e = (u -> v) of program(u, v, e), where program is:
@@ -195,8 +253,78 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     init ([num_dst, F...] in x_src's dtype; not with mean) is where each
     vertex's reduction starts, as in gather: a column of chunks reduces into
     one accumulator this way.
-    Returns [num_dst, F...] in x_src's dtype.
+    Returns [num_dst, F...] in x_src's dtype; with return_argedge, also the
+    winning edge per element ([num_dst, width]) for max and min, as gather.
     """
+    f = _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init)
+    adjacency, compute = f.adjacency, f.x_src.dtype
+    lib = library()
+    if lib is None:
+        out, argedge = reference.fused_gather(adjacency.src, adjacency.dst, _num_dst(adjacency), f.x_src, f.x_dst,
+                                              f.weight, f.types, program, reduce, f.init, return_argedge)
+    else:
+        out, argedge = lib.ngra_fused_gather(
+            f.x_src,
+            _empty(compute) if f.x_dst is None else f.x_dst,
+            _empty(compute) if f.weight is None else f.weight,
+            _empty(tf.int32) if f.types is None else f.types,
+            *adjacency.tensors(),
+            _empty(compute) if f.init is None else f.init,
+            program=program,
+            reduce=reduce,
+        )
+    if f.feature_shape.rank != 1:
+        out = tf.reshape(out, [-1 if adjacency.num_dst is None else adjacency.num_dst] + f.feature_shape.as_list())
+    out = tf.cast(out, f.dtype)
+    return (out, argedge) if return_argedge else out
+
+
+def fused_gather_grads(graph, grad, x_src, x_dst=None, edge_data=None, program="copy_src", reduce="sum",
+                       argedge=None):
+    """The vector-Jacobian product of fused_gather: (d x_src, d x_dst, d edge_data) for d loss / d result.
+
+    argedge is fused_gather's (return_argedge=True), needed for max and min.
+    The result's gradient does not depend on init (see gather_grad). Entries
+    are None where the program does not read the operand. Each is computed
+    by NgraFusedGatherGrad directly, without running the forward kernel
+    again; the operands' reshapes and casts are undone by a tape over them.
+    """
+    originals = [None if t is None else tf.convert_to_tensor(t) for t in (x_src, x_dst, edge_data)]
+    with tf.GradientTape() as tape:
+        tape.watch([t for t in originals if t is not None and t.dtype.is_floating])
+        f = _fused_operands(graph, originals[0], originals[1], originals[2], program, reduce, None)
+    compute = f.x_src.dtype
+    grad = tf.reshape(tf.cast(_float_tensor("grad", grad), compute), [-1, f.x_src.shape[-1]])
+    operands = [f.x_src, f.x_dst, f.weight]
+    lib = library()
+    if lib is None:
+        d_messages = reference.gather_grad(grad, f.adjacency.dst, reduce, argedge)
+        present = [t for t in operands if t is not None]
+        with tf.GradientTape() as inner:
+            inner.watch(present)
+            messages = reference.messages(f.adjacency.src, f.adjacency.dst, f.x_src, f.x_dst, f.weight, f.types,
+                                          program)
+        found = iter(inner.gradient(messages, present, output_gradients=d_messages))
+        d_operands = [None if t is None else next(found) for t in operands]
+    else:
+        spec = PROGRAMS[program]
+        if argedge is None:
+            argedge = _empty(f.adjacency.index_dtype)
+        args = [grad, argedge, f.x_src, _empty(compute) if f.x_dst is None else f.x_dst,
+                _empty(compute) if f.weight is None else f.weight, _empty(tf.int32) if f.types is None else f.types,
+                *f.adjacency.tensors()]
+        d_operands = [lib.ngra_fused_gather_grad(*args, program=program, reduce=reduce, wrt=name) if used else None
+                      for name, used in (("x_src", True), ("x_dst", spec.uses_dst), ("edge_weight", spec.uses_weight))]
+    wanted = [(t, d) for t, d in zip(operands, d_operands) if t is not None and d is not None]
+    if not wanted:
+        return None, None, None
+    back = iter(tape.gradient([t for t, _ in wanted], [t for t in originals if t is not None and t.dtype.is_floating],
+                              output_gradients=[tf.reshape(d, tf.shape(t)) for t, d in wanted]))
+    return tuple(next(back) if t is not None and t.dtype.is_floating else None for t in originals)
+
+
+def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _Operands:
+    """Validates a fused gather's arguments and brings them to the kernels' shapes and dtypes."""
     _check_choice("program", program, tuple(PROGRAMS))
     _check_choice("reduce", reduce, REDUCES)
     spec = PROGRAMS[program]
@@ -245,24 +373,7 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
         types = _in_stored_order(_edge_types(edge_data, adjacency.num_edges, x_src.shape[1]), given_order)
     elif edge_data is not None:
         raise ValueError(f"program {program} does not read edge data; pass edge_data=None")
-
-    lib = library()
-    if lib is None:
-        out = reference.fused_gather(adjacency.src, adjacency.dst, adjacency.num_dst, x_src, x_dst,
-                                     weight, types, program, reduce, init)
-    else:
-        out, _ = lib.ngra_fused_gather(
-            x_src,
-            _empty(compute) if x_dst is None else x_dst,
-            _empty(compute) if weight is None else weight,
-            _empty(tf.int32) if types is None else types,
-            *adjacency.tensors(),
-            _empty(compute) if init is None else init,
-            program=program,
-            reduce=reduce,
-        )
-    return tf.cast(out if feature_shape.rank == 1 else tf.reshape(out, [adjacency.num_dst] + feature_shape.as_list()),
-                   dtype)
+    return _Operands(adjacency, x_src, x_dst, weight, types, init, dtype, feature_shape)
 
 
 def _matrix(x, width):

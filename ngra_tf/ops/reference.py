@@ -39,8 +39,44 @@ def scatter(x, ids):
     return tf.gather(x, ids)
 
 
-def gather(values, dst, num_dst, reduce, init=None):
-    return segment_reduce(values, dst, num_dst, reduce, init)
+def gather(values, dst, num_dst, reduce, init=None, return_argedge=False):
+    """(result, argedge): argedge as the kernels give it (computed only when asked for; else None)."""
+    result = segment_reduce(values, dst, num_dst, reduce, init)
+    return result, (argedges(values, dst, num_dst, reduce, result, init) if return_argedge else None)
+
+
+def argedges(values, dst, num_dst, reduce, result, init=None):
+    """The kernels' winning edge per result element: for max/min the first edge (by id) whose value
+    is the result, -1 where none is or where init holds it (init wins ties); empty for sum and mean."""
+    if reduce not in ("max", "min"):
+        return tf.zeros([0], dst.dtype)
+    values = tf.reshape(values, [tf.shape(values)[0], -1])
+    result = tf.reshape(result, [tf.shape(result)[0], -1])
+    edge = tf.range(tf.shape(values, out_type=dst.dtype)[0], dtype=dst.dtype)[:, None]
+    none = tf.shape(values, out_type=dst.dtype)[0]
+    wins = tf.equal(values, tf.gather(result, dst)) | (tf.math.is_nan(values) & tf.math.is_nan(tf.gather(result, dst)))
+    first = tf.math.unsorted_segment_min(tf.where(wins, edge, none), dst, num_dst)
+    found = first < none
+    if init is not None:
+        init = tf.reshape(init, tf.shape(result))
+        found &= ~(tf.equal(init, result) | (tf.math.is_nan(init) & tf.math.is_nan(result)))
+    return tf.where(found, first, -tf.ones_like(first))
+
+
+def gather_grad(grad, dst, reduce, argedge=None):
+    """d values of gather(values, dst, ..., reduce) given d result: the kernels' gradient semantics
+    (max/min: all of an element's gradient to its argedge edge)."""
+    if reduce in ("sum", "mean"):
+        if reduce == "mean":
+            num_dst = tf.shape(grad, out_type=dst.dtype)[0]
+            degree = tf.math.unsorted_segment_sum(tf.ones_like(dst), dst, num_dst)
+            grad = grad / tf.cast(tf.reshape(tf.maximum(degree, 1), [-1] + [1] * (grad.shape.rank - 1)), grad.dtype)
+        return tf.gather(grad, dst)
+    edge = tf.range(tf.shape(dst, out_type=dst.dtype)[0], dtype=dst.dtype)
+    flat = tf.reshape(grad, [tf.shape(grad)[0], -1])
+    owner = tf.gather(tf.reshape(argedge, tf.shape(flat)), dst)
+    picked = tf.where(tf.equal(owner, edge[:, None]), tf.gather(flat, dst), tf.zeros_like(tf.gather(flat, dst)))
+    return tf.reshape(picked, tf.concat([tf.shape(dst), tf.shape(grad)[1:]], 0))
 
 
 _ACTIVATIONS = {"gate_sigmoid": tf.sigmoid, "gate_tanh": tf.tanh, "gate_relu": tf.nn.relu}
@@ -70,5 +106,6 @@ def messages(src, dst, x_src, x_dst, weight, types, program):
     raise ValueError(f"unknown program {program!r}")
 
 
-def fused_gather(src, dst, num_dst, x_src, x_dst, weight, types, program, reduce, init=None):
-    return segment_reduce(messages(src, dst, x_src, x_dst, weight, types, program), dst, num_dst, reduce, init)
+def fused_gather(src, dst, num_dst, x_src, x_dst, weight, types, program, reduce, init=None, return_argedge=False):
+    return gather(messages(src, dst, x_src, x_dst, weight, types, program), dst, num_dst, reduce, init,
+                  return_argedge)

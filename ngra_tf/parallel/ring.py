@@ -1,23 +1,13 @@
-"""Ring streaming over several devices in one TensorFlow graph (NGra §4.2, Fig. 8).
+"""Several devices as a ring (NGra §4.2, Fig. 8): who owns which destination interval, how rows travel.
 
 Work is split by destination interval: device `owner(j)` holds column j's
 accumulators A[j], reduces every chunk C[i][j] into them and runs
 ApplyVertex(A[j]), so no vertex's result is reduced on two devices. What
 all devices share is the vertex data: interval i's rows enter the devices
-once per route of the placement (ngra_tf.parallel.placement), from the host
-(copy_h2d) into the route's loader, which runs the layer's vertex stage on
-them; each next device on the route receives the rows from the one before
-it (copy_d2d). Placing the steps with tf.device in one graph lets
-TensorFlow's executor overlap a device's compute on one interval with its
-receive of the next, and free a copy once its last consumer ran.
-
-Everything that is not a graph layer's step (per-vertex layers, the loss,
-the optimizer) runs where it would on one device. Parameter gradients are
-summed by the same graph's gradient: every device's contribution flows back
-to the weights (GraphModel takes them with tf.gradients, which places each
-gradient op beside its forward op). Each column reduces its chunks in
-source order, as on one device, so results match one device's up to the
-copies (which copy bits).
+once per route of the placement (ngra_tf.parallel.placement): the route's
+first device loads them, each next one receives them from the one before
+it (copy_d2d). `DeviceRing` answers owner(j) and routes(i) for the TF
+device names; the executor (ngra_tf.runtime.ring_loops) runs the steps.
 
 Devices are TF device names: GPUs, logical CPU devices (`split_cpu`), or a
 TF cluster's (`/job:worker/task:k/device:...`, after
@@ -26,14 +16,9 @@ tf.config.experimental_connect_to_cluster).
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
-from ngra_tf.compiler.plan import Intervals
-from ngra_tf.graph.adjacency import AdjacencyTensors
-from ngra_tf.ops.copy import copy_d2d, copy_d2h, copy_h2d
 from ngra_tf.parallel import cluster
 from ngra_tf.parallel.placement import PLACEMENTS, Placement, place
 from ngra_tf.parallel.topology import Topology
@@ -120,7 +105,7 @@ class DeviceRing:
         self.placement, self.topology, self.host = placement, topology, host
         self.device_of = dict(zip(leaves, self.devices))
         self.order = [self.device_of[leaf] for leaf in placement.devices]  # ring (or chain) order
-        self._chunks, self._routes = {}, {}
+        self._routes = {}
 
     def owner(self, j: int) -> str:
         """The device that holds A[j]: intervals dealt round the ring (the partition balances their edges)."""
@@ -139,25 +124,6 @@ class DeviceRing:
             raise ValueError(f"{partition.num_parts} chunks per side but {len(self.devices)} devices: every device "
                              f"owns destination intervals; use chunks >= {len(self.devices)}")
 
-    def layout(self, steps, partition, x):
-        self.check(partition)
-        return RingLayout(self, steps, partition, x)
-
-    def chunk(self, partition, i, j):
-        """Chunk C[i][j] with its index arrays resident on its owner (copied from the host once)."""
-        key = (id(partition), i, j)
-        if key not in self._chunks:
-            chunk = partition.chunk(i, j)
-            with tf.init_scope(), tf.device(self.owner(j)):
-                adjacency = _copy_slots(chunk.adjacency)
-                adjacency._tensors = AdjacencyTensors(*(copy_h2d(t) for t in chunk.adjacency.tensors()))
-                resident = dataclasses.replace(chunk, adjacency=adjacency)
-                data = chunk.edge_data_tensor()
-                if data is not None:
-                    object.__setattr__(resident, "_edge_data_tensor", copy_h2d(data))
-            self._chunks[key] = (partition, resident)  # the partition is kept so that its id stays its own
-        return self._chunks[key][1]
-
     def describe(self, num_parts: int | None = None) -> str:
         lines = [f"{len(self.devices)} devices, placement {self.placement.kind}: "
                  + ", ".join(f"{leaf}={device}" for leaf, device in self.device_of.items())]
@@ -166,68 +132,6 @@ class DeviceRing:
             owned = {d: [j for j in range(num_parts) if self.owner(j) == d] for d in self.order}
             lines.append("destination intervals: " + "; ".join(f"{d}: {v}" for d, v in owned.items()))
         return "\n".join(lines)
-
-
-def _copy_slots(adjacency):
-    copy = object.__new__(type(adjacency))
-    for name in type(adjacency).__slots__:
-        object.__setattr__(copy, name, getattr(adjacency, name))
-    return copy
-
-
-class RingLayout:
-    """plan.run's rows and placement for one layer over a DeviceRing (see plan.OneDevice).
-
-    Interval i's rows are hoisted on each of its routes' loaders; the rows a
-    chunk reads (source keys) travel the route device by device, and a
-    destination's own rows (dest and vertex keys) go from the loader to the
-    interval's owner. Copies are made when a step first needs them, so a
-    device past the last one that needs an interval receives nothing.
-    """
-
-    def __init__(self, ring: DeviceRing, steps, partition, x):
-        self.ring, self.steps, self.partition = ring, steps, partition
-        self.x = x
-        self.intervals = Intervals(partition)
-        self._hoisted, self._copies = {}, {}
-
-    def device(self, j):
-        return self.ring.owner(j)
-
-    def chunk(self, i, j):
-        return self.ring.chunk(self.partition, i, j)
-
-    def rows(self, keys, part, j) -> dict:
-        device = self.ring.owner(j)
-        return {key: self._row(key, part, device) for key in keys}
-
-    def _row(self, key, part, device):
-        if (key, part, device) in self._copies:
-            return self._copies[key, part, device]
-        route = next(r for r in self.ring.routes(part) if device in r)
-        at = route.index(device)
-        if at == 0:
-            value = self._hoist(part, device)[key]
-        else:
-            before = self._row(key, part, route[at - 1]) if key in self.steps.source_keys \
-                else self._hoist(part, route[0])[key]
-            with tf.device(device):
-                value = copy_d2d(before)
-        self._copies[key, part, device] = value
-        return value
-
-    def _hoist(self, part, loader):
-        """The vertex stage of interval `part` on `loader`, from the host's rows."""
-        if (part, loader) not in self._hoisted:
-            with tf.device(self.ring.host):
-                block = self.intervals.block("x", self.x, part)
-            with tf.device(loader):
-                self._hoisted[part, loader] = self.steps.hoist(copy_h2d(block))
-        return self._hoisted[part, loader]
-
-    def merge(self, outputs):
-        with tf.device(self.ring.host):
-            return self.intervals.merge([copy_d2h(block) for block in outputs])
 
 
 def same_device(a: str, b: str) -> bool:
@@ -250,4 +154,4 @@ def traffic(stats) -> dict:
     return table
 
 
-__all__ = ["DeviceRing", "RingLayout", "resolve_devices", "same_device", "split_cpu", "traffic"]
+__all__ = ["DeviceRing", "resolve_devices", "same_device", "split_cpu", "traffic"]

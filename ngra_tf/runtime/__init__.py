@@ -1,13 +1,15 @@
-"""Where a graph's data lives while it trains, and what that costs in memory.
+"""Running models: one executor for every mode, over an in-memory partition or a store, one device or several.
 
-Stores (`open_store`, `write_store`; `convert` and tools/partition_graph.py
-write them from a stream of edges) keep a partitioned graph on disk, read a
-chunk or an interval at a time. A GraphModel given a store trains from it
-through `stream.Streamer`: one step's chunk and rows on the device tier,
-the rest in the host tier (`tiers`) or the store, under a memory budget
-(`budget.Plan`, measured by `resident`).
+    executor.py    Executor: a model's stages forward and backward as one custom gradient
+    schedule.py    the step tables: which chunk steps a layer runs, in which order (NGra's schedules)
+    loops.py       ChunkLoops: a layer's chunk steps as compiled loops, column by column
+    ring_loops.py  RingLoops: the same over several devices, rows shared along the placement's routes
+    blocks.py      Blocks: arrays of interval blocks on the device, in host memory or on disk
+    chunks.py      PackedChunks: an in-memory partition's chunks as tensors a loop slices
+    budget.py      Plan: the working-set estimate of a store-backed model, from the executor's steps
+    resident.py    what a budget is checked against: the process's measured peak memory
 """
 
-from ngra_tf.runtime.store import Store, StorePartition, VertexArray, open_store, write_store
+from ngra_tf.runtime.executor import Executor, MemorySource, Stage, StoreSource, stages_of
 
-__all__ = ["Store", "StorePartition", "VertexArray", "open_store", "write_store"]
+__all__ = ["Executor", "MemorySource", "Stage", "StoreSource", "stages_of"]

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 
+from ngra_tf.store.memory import format_bytes
+
 _STATUS = "/proc/self/status"
 _CLEAR_REFS = "/proc/self/clear_refs"
 
@@ -86,8 +88,18 @@ def mark() -> Baseline:
     return Baseline(fields.get("VmRSS", 0), fields.get("RssAnon", 0), fields.get("RssFile", 0), was_reset)
 
 
-def format_bytes(count: int) -> str:
-    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
-        if count >= size:
-            return f"{count / size:.1f} {unit}"
-    return f"{count} B"
+def device_tier() -> str:
+    """The device the kernels run on: the first GPU TensorFlow sees, else the CPU."""
+    import tensorflow as tf  # noqa: PLC0415  (measuring the process needs no TensorFlow)
+
+    return "/GPU:0" if tf.config.list_logical_devices("GPU") else "/CPU:0"
+
+
+def device_peak_bytes(device: str) -> int | None:
+    """Peak bytes allocated on a GPU device tier since TensorFlow started (None for the CPU: measure the
+    process instead)."""
+    if not device.upper().startswith("/GPU"):
+        return None
+    import tensorflow as tf  # noqa: PLC0415
+
+    return int(tf.config.experimental.get_memory_info(device.lstrip("/"))["peak"])

@@ -11,6 +11,7 @@ import pytest
 import tensorflow as tf
 
 import compiler_checks as cc
+from traced import traced_ops
 import ngra_tf
 
 PARTS = (1, 3, 4)
@@ -98,11 +99,10 @@ def test_negative_max_min_columns_match_dense(layer_and_graph, parts, rewrites):
 
 
 def gather_ops(model, parts):
+    """Every op of the traced stack, and its gathers, at P = parts."""
     stack, graph, x = cc.stack_for(model), cc.graph_for(model), cc.features()
-    partition = graph.partition(parts)
-    concrete = tf.function(lambda v: cc.run(stack, partition, v)).get_concrete_function(x)
-    ops = [op for op in concrete.graph.get_operations() if op.type in ("NgraFusedGather", "NgraGather")]
-    return ops, partition
+    ops = traced_ops(lambda v: cc.run(stack, graph.partition(parts), v), x)
+    return ops, [op for op in ops if op.type in ("NgraFusedGather", "NgraGather")]
 
 
 def producer(tensor):
@@ -114,16 +114,16 @@ def producer(tensor):
 
 @pytest.mark.parametrize("model", ["gcn", "mpgcn", "gat"])
 def test_columns_chain_through_init(model):
-    """Each chunk after a column's first takes the previous chunk's result as init: no adds, no maxima."""
-    ops, partition = gather_ops(model, 3)
-    assert ops
-    columns = sum(any(partition.chunk(i, j).num_edges for i in range(3)) for j in range(3))
-    chained = [op for op in ops if producer(op.inputs[-1]) in ops]
-    if model == "gat":  # per layer: the softmax's max and sum columns, then the sum of the messages
-        assert len(chained) == len(ops) - 3 * 2 * columns
-    else:
-        assert len(ops) > 2 * columns and len(chained) == len(ops) - 2 * columns  # two layers
-    graph = ops[0].graph
-    combining = [op.type for op in graph.get_operations() if op.type in ("AddV2", "AddN", "Maximum", "Minimum")
-                 and sum(producer(t) in ops for t in op.inputs) > 1]
-    assert not combining, combining
+    """Each chunk reduces into its column's accumulator through the kernels' init: no partial results combined
+    by adds or maxima. The chunk step is compiled once, so the graph is the same at every P."""
+    sizes = {}
+    for parts in (2, 5):
+        ops, gathers = gather_ops(model, parts)
+        assert gathers
+        for op in gathers:  # init is the column's value so far (or its start), picked when the step runs
+            assert producer(op.inputs[-1]).type in ("If", "StatelessIf"), (op.name, producer(op.inputs[-1]).type)
+        combining = [op.type for op in ops if op.type in ("AddV2", "AddN", "Maximum", "Minimum")
+                     and sum(producer(t) in gathers for t in op.inputs) > 1]
+        assert not combining, combining
+        sizes[parts] = (len(ops), len(gathers))
+    assert sizes[2] == sizes[5]

@@ -6,8 +6,9 @@ import pytest
 import tensorflow as tf
 
 import compiler_checks as cc
+from traced import traced_ops
 import ngra_tf
-from ngra_tf.compiler import schedule_steps
+from ngra_tf.runtime.schedule import forward_table
 
 
 def compiled(model, rewrites=True):
@@ -100,9 +101,8 @@ def test_model_explain_prints_the_plan():
 
 
 def fused_gather_widths(fn, *args):
-    """x_src widths of every NgraFusedGather in fn's graph."""
-    graph = tf.function(fn).get_concrete_function(*args).graph
-    return [op.inputs[0].shape[-1] for op in graph.get_operations() if op.type == "NgraFusedGather"]
+    """x_src widths of every NgraFusedGather in fn's graph (the chunk loop's body holds one per reducer)."""
+    return [op.inputs[0].shape[-1] for op in traced_ops(fn, *args) if op.type == "NgraFusedGather"]
 
 
 def test_narrowing_propagates_narrow_rows():
@@ -110,9 +110,9 @@ def test_narrowing_propagates_narrow_rows():
     layer = ngra_tf.layers.GCN(3)
     x = cc.features()
     widths = fused_gather_widths(lambda t: layer(t, graph=graph), x)
-    assert widths == [3] * 4  # four chunks, each propagating 3-wide rows instead of 12
+    assert widths == [3]  # every chunk propagates 3-wide rows instead of 12
     widths = fused_gather_widths(lambda t: layer(t, graph=graph, rewrites=["hoist", "fuse"]), x)
-    assert widths == [12] * 4
+    assert widths == [12]
 
 
 def test_narrowing_only_when_it_narrows():
@@ -233,12 +233,17 @@ def test_dropout_in_the_edge_stage_draws_new_masks_each_step():
 
 
 def test_schedule_orders():
-    assert schedule_steps("ngra", 2) == [("edge", 0, 0), ("edge", 1, 0), ("vertex", 0),
-                                         ("edge", 0, 1), ("edge", 1, 1), ("vertex", 1)]
-    assert schedule_steps("stage", 2) == [("edge", 0, 0), ("edge", 1, 0), ("edge", 0, 1), ("edge", 1, 1),
-                                          ("vertex", 0), ("vertex", 1)]
-    assert schedule_steps("dest-order", 2) == [("edge", 0, 0), ("edge", 0, 1), ("edge", 1, 0), ("edge", 1, 1),
-                                               ("vertex", 0), ("vertex", 1)]
+    """The chunk steps (i, j) in each schedule's order, and which start their column's accumulator."""
+    partition = cc.graph_for("gcn").partition(2)
+    assert partition.edge_counts.all()
+
+    def order(schedule):
+        table = forward_table(partition, schedule, num_markers=0, chained_by_max=False)
+        return [(int(i), int(j), int(fresh)) for _, i, j, _, fresh, _ in table]
+
+    by_column = [(0, 0, 1), (1, 0, 0), (0, 1, 1), (1, 1, 0)]
+    assert order("ngra") == by_column and order("stage") == by_column
+    assert order("dest-order") == [(0, 0, 1), (0, 1, 1), (1, 0, 0), (1, 1, 0)]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -7,6 +7,7 @@ import pytest
 import tensorflow as tf
 
 import layer_checks as lc
+from traced import traced_ops
 import ngra_tf
 from ngra_tf import layers
 from ngra_tf.ops.softmax import edge_softmax
@@ -90,8 +91,9 @@ def test_accumulator_from_class_attribute_and_constructor():
 
 
 def traced_op_names(layer, graph, width, **options):
-    fn = tf.function(lambda x: layer(x, graph=graph, **options), autograph=False)
-    return [op.name for op in fn.get_concrete_function(tf.TensorSpec((graph.num_vertices, width))).graph.get_operations()]
+    """Op names of the traced layer, with those of the functions it runs, each starting with "/"."""
+    return ["/" + op.name for op in traced_ops(lambda x: layer(x, graph=graph, **options),
+                                               tf.TensorSpec((graph.num_vertices, width)))]
 
 
 def test_name_scopes_of_the_four_stages_in_a_traced_graph():

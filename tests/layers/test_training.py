@@ -1,6 +1,9 @@
 """Real training: one short GCN run on Cora (the full 200-epoch results are in
 the README), and examples/train.py for every model, on Cora in a subprocess
-and on a small synthetic preset in-process."""
+and on a small synthetic preset in-process. train.py's flag checks run
+in-process (`example`, `usage_error`; tests/parallel and tests/runtime import
+them from here); one subprocess checks what a usage error looks like on the
+command line."""
 
 import json
 import re
@@ -10,10 +13,13 @@ import sys
 import keras
 import numpy as np
 import pytest
+from absl import app, flags
+from absl.testing import flagsaver
 
 import layer_checks as lc
 import ngra_tf
 from ngra_tf import recipes
+from ngra_tf.compiler import REWRITES
 from ngra_tf.graph import datasets
 
 TRAIN_PY = str(lc.ROOT / "examples" / "train.py")
@@ -48,24 +54,37 @@ def test_example_on_cora(model):
     assert 0.0 <= float(match.group(1)) <= 1.0
 
 
-def test_example_helpfull_documents_the_flags():
-    done = run_example("--helpfull")
-    assert done.returncode == 1, done.stderr[-3000:]  # absl prints the help and exits with 1
-    text = done.stdout
-    assert "Trains a SAGA-NN model" in text
+def test_example_help_documents_the_flags(example):
+    # What --helpfull prints for train.py: its docstring, then its flags' help.
+    assert example.__doc__.startswith("Trains a SAGA-NN model")
+    text = example.FLAGS.module_help(example)
     for flag in ("model", "dataset", "epochs", "hidden", "lr", "weight_decay", "dropout", "patience", "chunks",
                  "schedule", "rewrites", "explain", "seed", "runs", "profile_dir", "history_json", "verbose"):
         assert f"--{flag}:" in text or f"--[no]{flag}:" in text, flag
     assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat>" in text
+    assert "epoch_seconds" in text
     for preset in datasets.PRESETS:
         assert preset in text
 
 
 @pytest.fixture
 def example():
+    """examples/train.py imported in-process; its FLAGS are left as they were before the test."""
     module = lc.example_train_module()
-    yield module
-    module.FLAGS.unparse_flags()
+    parsed = module.FLAGS.is_parsed()
+    with flagsaver.flagsaver():
+        yield module
+        if not parsed:
+            module.FLAGS.unparse_flags()
+
+
+def usage_error(example, *args):
+    """The message of the app.UsageError that train.py's validate_flags() raises for these flags."""
+    example.FLAGS.unparse_flags()
+    example.FLAGS(["train.py", *args])
+    with pytest.raises(app.UsageError) as raised:
+        example.validate_flags()
+    return str(raised.value)
 
 
 @pytest.fixture(scope="module")
@@ -85,6 +104,24 @@ def test_example_train_once_on_synthetic_preset(example, tiny_pubmed, model, cap
     assert 0.0 <= run["test"]["accuracy"] <= 1.0
     assert f"{run['test']['accuracy']:.4f}" == match.group(1)
     assert len(run["history"]["loss"]) == run["epochs"] == int(match.group(2))
+
+
+@pytest.mark.parametrize("epochs", [1, 4])
+def test_example_times_every_epoch(example, tiny_pubmed, epochs, capsys):
+    example.FLAGS(["train.py", "--model=gcn", "--dataset=pubmed", f"--epochs={epochs}", "--hidden=8",
+                   "--patience=0"])
+    run = json.loads(json.dumps(example.train_once(example.dataset_inputs(tiny_pubmed, "pubmed"), seed=0)))
+    out = capsys.readouterr().out
+    seconds = run["epoch_seconds"]  # as --history_json writes it
+    assert len(seconds) == run["epochs"] == epochs
+    assert all(isinstance(s, float) and s > 0 for s in seconds), seconds
+    assert sum(seconds) <= run["seconds"]
+    assert f"after {epochs} epochs (first epoch {seconds[0]:.2f} s incl. tracing; " in out, out
+    if epochs == 1:
+        assert "no steady-state figure" in out and "median" not in out, out
+    else:
+        steady = 1e3 * np.median(seconds[1:])
+        assert f"then {steady:.1f} ms/epoch, median of {epochs - 1})" in out, out
 
 
 def test_example_chunks_schedule_and_rewrites_do_not_change_training(example, tiny_pubmed, capsys):
@@ -109,6 +146,8 @@ def test_example_history_json(tmp_path):
     for name in ("loss", "accuracy", "val_loss", "val_accuracy"):
         assert len(record["history"][name]) == 3, name
     assert record["history"]["loss"][-1] < record["history"]["loss"][0]
+    assert len(record["epoch_seconds"]) == 3 and min(record["epoch_seconds"]) > 0, record["epoch_seconds"]
+    assert sum(record["epoch_seconds"]) <= record["seconds"]
     assert 0.0 <= record["test"]["accuracy"] <= 1.0
     # The dataset and the training run were resident above the baseline: Cora's dense
     # features alone are 2708 x 1433 float32 (15.5 MB).
@@ -117,25 +156,31 @@ def test_example_history_json(tmp_path):
     assert "peak memory" in done.stdout and "above the baseline" in done.stdout
 
 
-def test_example_history_json_in_a_missing_directory_fails_before_training(tmp_path):
+def test_a_usage_error_is_one_line_on_the_command_line(tmp_path):
+    # The one check that needs the real CLI: app.run turns validate_flags()'s UsageError into a non-zero exit with
+    # the message as stderr's last line, no traceback, and nothing trained or written.
     path = tmp_path / "no" / "such" / "history.json"
     done = run_example("--model=gcn", "--dataset=cora", "--epochs=200", f"--history_json={path}", timeout=60)
-    assert done.returncode == 1
-    assert "--history_json: no directory" in done.stderr
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert done.stderr.rstrip().splitlines()[-1] == f"--history_json: no directory {path.parent}", done.stderr[-3000:]
+    assert "Traceback" not in done.stderr
     assert "test accuracy" not in done.stdout and not path.parent.exists()
 
 
-def test_example_rejects_unknown_rewrites(example):
-    from absl import app  # noqa: PLC0415
+@pytest.mark.parametrize("args,message", [
+    (["--rewrites=hoist,inline"], f"--rewrites: unknown ['inline']; choose from {', '.join(REWRITES)} or none"),
+    (["--history_json=/no/such/dir/history.json"], "--history_json: no directory /no/such/dir"),
+])
+def test_example_flag_errors(example, args, message):
+    assert usage_error(example, *args) == message
 
-    example.FLAGS(["train.py", "--rewrites=hoist,inline"])
-    with pytest.raises(app.UsageError, match="inline"):
-        example.main([])
+
+def test_example_valid_flags_pass(example):
+    example.FLAGS(["train.py", "--model=ggcn", "--rewrites=none", "--chunks=2", "--history_json=history.json"])
+    assert example.validate_flags() is None  # no --topology to read
 
 
 def test_example_flag_bounds(example):
-    from absl import flags  # noqa: PLC0415
-
     with pytest.raises(flags.IllegalFlagValueError):
         example.FLAGS(["train.py", "--epochs=0"])
     with pytest.raises(flags.IllegalFlagValueError):

@@ -137,7 +137,7 @@ def test_bad_devices_fail_with_a_clear_error(tmp_path):
         ngra_tf.GraphModel(graph, layers, chunks=4, devices=["/CPU:0", "/GPU:3"])
     with pytest.raises(ValueError, match="names a device twice"):
         ngra_tf.GraphModel(graph, layers, chunks=4, devices=["/CPU:1", "/CPU:1"])
-    store = ngra_tf.runtime.write_store(tmp_path / "s", graph, 2, {"features": arrays["features"]})
+    store = ngra_tf.store.write_store(tmp_path / "s", graph, 2, {"features": arrays["features"]})
     with pytest.raises(ValueError, match="use chunks >= 4"):  # the store has P = 2
         ngra_tf.GraphModel(store, layers, devices=4)
 

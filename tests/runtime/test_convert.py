@@ -9,8 +9,8 @@ import pytest
 
 from ngra_tf import recipes
 from ngra_tf.graph import Graph, datasets
-from ngra_tf.runtime import convert, memory, presets, sources
-from ngra_tf.runtime.prepare import RankBitmap, SymmetrizedEdges
+from ngra_tf.store import convert, memory, presets, sources
+from ngra_tf.store.prepare import RankBitmap, SymmetrizedEdges
 from store_checks import assert_store_matches
 
 # 64 KB: blocks of 1024 edges and 16 KiB of rows, dedup buckets of 64 KiB, so every pass crosses blocks.

@@ -12,7 +12,7 @@ import numpy as np
 
 from ngra_tf import recipes
 from ngra_tf.graph import Graph, datasets
-from ngra_tf.runtime import open_store
+from ngra_tf.store import open_store
 from store_checks import assert_store_matches
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]

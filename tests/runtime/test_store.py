@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import ngra_tf
-from ngra_tf.runtime import Store, StorePartition, open_store, write_store
-from ngra_tf.runtime.store import CHUNK_ARRAYS, INDEX_ARRAYS
+from ngra_tf.store import Store, StorePartition, open_store, write_store
+from ngra_tf.store.store import CHUNK_ARRAYS, INDEX_ARRAYS
 from store_checks import assert_store_matches, small_graphs, vertex_data
 
 GRAPHS = small_graphs()
@@ -27,7 +27,7 @@ def test_store_equals_partition(tmp_path, name, num_parts, reencode, fmt):
 
 
 def test_public_names():
-    assert ngra_tf.runtime.open_store is open_store and ngra_tf.runtime.write_store is write_store
+    assert ngra_tf.store.open_store is open_store and ngra_tf.store.write_store is write_store
     assert "runtime" in ngra_tf.__all__
 
 

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from ngra_tf.runtime import integrity, open_store, write_store
-from ngra_tf.runtime.store import MANIFEST
+from ngra_tf.store import integrity, open_store, write_store
+from ngra_tf.store.store import MANIFEST
 from store_checks import small_graphs, vertex_data
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -59,7 +59,7 @@ def test_a_killed_conversion_leaves_no_store(tmp_path):
 import os, signal
 import numpy as np
 from ngra_tf.graph import Graph
-from ngra_tf.runtime import write_store
+from ngra_tf.store import write_store
 rng = np.random.default_rng(0)
 graph = Graph.from_edges(rng.integers(0, 50, 400), rng.integers(0, 50, 400), 50)
 def progress(stage, done, total):
@@ -204,7 +204,7 @@ def test_verify_checks_every_file_and_reads_check_each_file_once(tmp_path, monke
 
 
 def test_json_that_cannot_be_written_leaves_nothing_behind(tmp_path):
-    from ngra_tf.runtime import integrity  # noqa: PLC0415
+    from ngra_tf.store import integrity  # noqa: PLC0415
 
     path = tmp_path / "history.json"
     with pytest.raises(TypeError):

@@ -9,13 +9,16 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 
 import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.ops import copy_stats
-from ngra_tf.runtime import open_store, write_store
+from ngra_tf.store import open_store, write_store
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "tests", "layers"))
+from test_training import example, usage_error  # noqa: E402,F401  (train.py in-process; `example` is a fixture)
 NUM_VERTICES, NUM_EDGES, WIDTH, CLASSES = 90, 500, 6, 3
 # (P, format, spill policy, host tier): every model runs each.
 CASES = [(1, "npy", "recompute", "memory"), (3, "npy", "spill", "disk"), (4, "npy", "recompute", "disk"),
@@ -73,9 +76,9 @@ def _assert_same_training(memory, streamed, expected, got):
 def test_streamed_training_equals_in_memory(tmp_path, model, num_parts, fmt, spill, host):
     options = {"spill": spill, "spill_dir": str(tmp_path / "spill") if host == "disk" else None}
     memory, streamed, store, arrays = _pair(tmp_path, model, num_parts, fmt, **options)
-    streamer = streamed.streamer()
-    streamer.tile_bytes = 100  # several row tiles per interval: per-vertex work runs tile by tile
-    assert streamer.host.kind == host
+    executor = streamed.executor()
+    executor.tile_bytes = 100  # several row tiles per interval: per-vertex work runs tile by tile
+    assert executor.host == host
     expected, got = _fit_both(memory, streamed, store, arrays)
     _assert_same_training(memory, streamed, expected, got)
     np.testing.assert_allclose(streamed.predict(store.array("features"), verbose=0),
@@ -100,7 +103,7 @@ def test_selective_scheduling_gives_the_same_result(tmp_path, model):
     memory, streamed, store, arrays = _pair(tmp_path, model, 4, selective=1.0)
     expected, got = _fit_both(memory, streamed, store, arrays, epochs=2)
     _assert_same_training(memory, streamed, expected, got)
-    assert streamed.streamer().stats["selective_rows_saved"] > 0
+    assert streamed.executor().selective_rows_saved > 0
 
 
 def test_spill_and_recompute_give_the_same_result(tmp_path):
@@ -172,11 +175,11 @@ def test_budget_picks_the_host_tier(tmp_path):
     store = write_store(tmp_path / "store", graph, 2, arrays)
     roomy = _model("gcn", store, memory_budget="4GB")
     roomy.build(store.array("features").shape)
-    assert roomy.streamer().host.kind == "memory"
-    plan = roomy._streamer_plan()
-    tight = _model("gcn", store, memory_budget=plan.working_set + plan.activations // 2)
+    assert roomy.executor().host == "memory"
+    plan = roomy.memory_plan()
+    tight = _model("gcn", store, memory_budget=plan.working_set + plan.kept // 2)
     tight.build(store.array("features").shape)
-    assert tight.streamer().host.kind == "disk"
+    assert tight.executor().host == "disk"
     text = tight.explain(print_fn=None)
     assert "working set (estimate)" in text and "spill directory on disk" in text
 
@@ -260,26 +263,30 @@ def test_train_py_too_small_a_budget(preset_store):
 
 @pytest.mark.parametrize("flags,message", [
     (["--memory_budget=256MB"], "--memory_budget applies to training from a store"),
-    (["--store=/nonexistent/store"], "no store at"),
-    (["--store=STORE", "--memory_budget=lots"], "cannot read 'lots' as a memory size"),
-    (["--store=STORE", "--dataset=cora"], "--dataset and --store both name the data"),
-    (["--model=ggnn", "--store=STORE"], "ggnn needs edge types"),
+    (["--store=/nonexistent/store", "--memory_budget=lots"], "cannot read 'lots' as a memory size"),
+    (["--store=/nonexistent/store", "--dataset=cora"], "--dataset and --store both name the data"),
+    (["--model=ggnn", "--store=/nonexistent/store"], "ggnn needs edge types"),
 ])
-def test_train_py_store_flags(preset_store, flags, message):
-    done = _train(*[flag.replace("STORE", preset_store) for flag in flags], "--epochs=1")
-    assert done.returncode != 0
-    assert message in done.stderr, done.stderr[-2000:]
+def test_train_py_store_flags(example, flags, message):
+    # Checked before the store is opened (tests/layers/test_training.py runs one usage error on the command line).
+    assert message in usage_error(example, *flags)
 
 
-def test_the_device_tier_is_placed_explicitly(tmp_path):
-    # A GPU machine runs the same code with /GPU:0 and reads its peak from TensorFlow; here it is the CPU.
-    from ngra_tf.runtime import tiers
+def test_train_py_names_a_missing_store(example):
+    from absl import app  # noqa: PLC0415
 
-    assert tiers.device_tier() == "/CPU:0"
-    assert tiers.device_peak_bytes("/CPU:0") is None
+    example.FLAGS(["train.py", "--store=/nonexistent/store"])
+    example.validate_flags()  # the store is opened with the data, after TensorFlow starts
+    with pytest.raises(app.UsageError, match="--store: .*no store at"):
+        example.load_store("/nonexistent/store")
+
+
+def test_the_device_tier_is_the_default_device(tmp_path):
+    # A GPU machine runs the same code on /GPU:0 and reads its peak from TensorFlow; here it is the CPU.
+    from ngra_tf.runtime import resident
+
+    assert resident.device_tier() == "/CPU:0"
+    assert resident.device_peak_bytes("/CPU:0") is None
     _, streamed, store, _ = _pair(tmp_path, "gcn", 2)
-    streamer = streamed.streamer()
-    assert streamer.device == "/CPU:0"
-    streamer.features = "features"
-    logits = streamer.infer()
+    logits = streamed(tf.constant(["features"]))
     assert "CPU:0" in logits.device

@@ -8,7 +8,7 @@ import pytest
 
 from ngra_tf.ops import copy_stats
 from ngra_tf.parallel import Topology, same_device, traffic
-from ngra_tf.runtime import write_store
+from ngra_tf.store import write_store
 from ngra_tf.runtime.budget import MemoryBudgetError
 
 from test_stream import CLASSES, NUM_VERTICES, _assert_same_training, _fit_both, _model, _pair, _problem
@@ -25,7 +25,7 @@ def test_ring_streamed_training_equals_in_memory(tmp_path, model, devices, place
     spill_dir = str(tmp_path / "spill") if spill == "recompute" else None  # the host tier on disk
     memory, streamed, store, arrays = _pair(tmp_path, model, 4, devices=devices, placement=placement,
                                             topology=PAPER, spill=spill, spill_dir=spill_dir)
-    assert streamed.streamer().host.kind == ("disk" if spill_dir else "memory")
+    assert streamed.executor().host == ("disk" if spill_dir else "memory")
     expected, got = _fit_both(memory, streamed, store, arrays)
     _assert_same_training(memory, streamed, expected, got)
     np.testing.assert_allclose(streamed.predict(store.array("features"), verbose=0),
@@ -54,7 +54,7 @@ def test_source_rows_cross_from_the_host_once_per_route(tmp_path):
     assert store.edge_counts.all()  # every device reads every source interval
     # GCN(5) then GCN(3), each propagating at its narrower width: 5 + 3 float32 source values per vertex.
     shared = NUM_VERTICES * (5 + CLASSES) * 4
-    assert streamed._streamer_plan().shared_rows == shared
+    assert streamed.memory_plan().shared_rows == shared
     # The ring loads each interval's source rows once (one route) and passes them to the other 3 devices;
     # without sharing each of the 4 devices loads them. All else (chunks, destination rows) is the same.
     ring, none = measured["ring"]["all"], measured["none"]["all"]

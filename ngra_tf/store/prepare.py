@@ -28,7 +28,7 @@ import os
 
 import numpy as np
 
-from ngra_tf.runtime.sources import EdgeBlock, EdgeSource, Scan, Work
+from ngra_tf.store.sources import EdgeBlock, EdgeSource, Scan, Work
 
 PREPARATIONS = ("gcn", "symmetric", "none")
 _RECORD = np.dtype([("src", "<i8"), ("dst", "<i8"), ("seq", "<i8")])

@@ -14,7 +14,7 @@ import numpy as np
 
 from ngra_tf.graph import datasets
 from ngra_tf.graph.synthetic import power_law_edges
-from ngra_tf.runtime.sources import ArrayRows, EdgeBlock, EdgeSource, GraphEdges, RowSource
+from ngra_tf.store.sources import ArrayRows, EdgeBlock, EdgeSource, GraphEdges, RowSource
 
 NAMES = ("cora",) + tuple(datasets.PRESETS)
 

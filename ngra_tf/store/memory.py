@@ -19,7 +19,6 @@ import re
 
 import numpy as np
 
-from ngra_tf.runtime.resident import format_bytes
 
 # SI prefixes are powers of 1000, IEC prefixes (KiB, MiB, ...) powers of 1024;
 # a bare letter (256M, 2G) is binary, as in most command-line tools.
@@ -130,3 +129,11 @@ def smallest_num_parts(budget: int, num_vertices: int, num_edges: int, row_nbyte
                      f"and {SOURCE_BUFFERS + DESTINATION_BUFFERS} intervals of vertex rows, and the smallest "
                      f"such working set for P <= {p - 1} is {format_bytes(smallest[1])} ({smallest[1]} bytes, "
                      f"at P={smallest[0]})")
+
+
+def format_bytes(count: int) -> str:
+    """A byte count for people: 12.3 MiB."""
+    for unit, size in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if count >= size:
+            return f"{count / size:.1f} {unit}"
+    return f"{count} B"

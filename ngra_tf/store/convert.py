@@ -36,9 +36,9 @@ import numpy as np
 
 from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candidate_intervals, choose_intervals,
                                      chunk_from_edges, count_chunk_edges)
-from ngra_tf.runtime import integrity, memory, store
-from ngra_tf.runtime.prepare import PREPARATIONS, SymmetrizedEdges
-from ngra_tf.runtime.sources import EdgeSource, RowSource, Work
+from ngra_tf.store import integrity, memory, store
+from ngra_tf.store.prepare import PREPARATIONS, SymmetrizedEdges
+from ngra_tf.store.sources import EdgeSource, RowSource, Work
 
 # Without a budget (num_parts given), blocks are sized for this much memory.
 DEFAULT_BUDGET = 1 << 30
@@ -61,7 +61,7 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
 
     Args:
       directory: the store's directory: created, or empty, or replaced with overwrite.
-      edges: an EdgeSource (ngra_tf.runtime.sources).
+      edges: an EdgeSource (ngra_tf.store.sources).
       vertex_rows: {name: RowSource} of per-vertex arrays in the user's order.
       num_parts: P; or memory_budget (bytes or a size such as "256MB"), from
         which the smallest P whose per-step working set fits is chosen

@@ -65,6 +65,11 @@ def _header(stream):
     return tuple(shape), dtype, stream.tell()
 
 
+def data_offset(stream) -> int:
+    """Where the array's bytes start in the npy file open in stream (after its header)."""
+    return _header(stream)[2]
+
+
 def describe(path, keys) -> dict:
     """{key: (shape, dtype)} of the file's array, under the one key asked for."""
     (key,) = keys

@@ -17,7 +17,7 @@ unfinished conversion and does not open) and the files of a backend,
 crc32 and the shape and dtype of each array in it; a file is checked against
 it the first time a process reads it, and `verify()` checks them all. Stores
 are written by `write_store` (an in-memory Graph) or
-`ngra_tf.runtime.convert` (a stream of edges, in bounded memory).
+`ngra_tf.store.convert` (a stream of edges, in bounded memory).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import tensorflow as tf
 from ngra_tf.graph.adjacency import Adjacency
 from ngra_tf.graph.graph import _cached_tensor
 from ngra_tf.graph.partition import Chunk
-from ngra_tf.runtime import integrity, memory, store_hdf5, store_npy
+from ngra_tf.store import hdf5 as store_hdf5, integrity, memory, npy as store_npy
 
 FORMAT = "ngra-tf-store"
 FORMAT_VERSION = 1
@@ -527,7 +527,7 @@ def write_store(directory, graph, num_parts: int, vertex_data: dict | None = Non
     is called as the conversion advances. A directory that is not empty is
     refused unless overwrite=True (its contents are then replaced).
     """
-    from ngra_tf.runtime import convert, sources  # noqa: PLC0415  (convert builds on this module)
+    from ngra_tf.store import convert, sources  # noqa: PLC0415  (convert builds on this module)
 
     rows = {name: sources.ArrayRows(name, array) for name, array in (vertex_data or {}).items()}
     return convert.convert(directory, sources.GraphEdges(graph), rows, num_parts=num_parts, format=format,

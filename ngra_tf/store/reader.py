@@ -1,0 +1,117 @@
+"""Reading a store from inside compiled loops: a chunk or an interval's rows by tensor indices.
+
+`StoreReader(store)` verifies every file a plan may read (once per process,
+against the manifest's sizes and checksums) and builds tables of their
+paths, data offsets, shapes and versions. `chunk(k)` and `rows(name, part,
+start, stop)` then return TensorFlow ops that read chunk k = i * P + j, or
+rows of an interval, when the loop iteration runs: npy files through
+NgraReadFile (a byte range at the offset after the .npy header), HDF5 files
+through tensorflow-io's hyperslab read. The reads are stateless ops, so a
+loop with parallel_iterations >= 2 reads the next step's chunk while the
+current one computes; each checks that its file still has the size and
+modification time it was verified with, so a file replaced under a running
+trainer fails the read, naming it, instead of being read unverified.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import tensorflow as tf
+
+from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
+from ngra_tf.graph.partition import LoadedChunk
+from ngra_tf.ops.fileio import read_file
+from ngra_tf.store import hdf5 as store_hdf5, integrity, npy as store_npy
+
+INDEX_ARRAYS = AdjacencyTensors._fields
+
+
+class _Table:
+    """Per entry (chunk or interval) of one array: path, data offset, shape, size, mtime and version."""
+
+    def __init__(self, store, locations):
+        full = [os.path.join(store.path, location.path) for location in locations]
+        for location in locations:
+            store._verify(location.path)
+        identities = [integrity.file_identity(path) for path in full]
+        self.dtype = np.dtype(locations[0].dtype)
+        self.row_shape = tuple(locations[0].shape[1:])
+        self.backend = store._backend
+        self.key = locations[0].key
+        with tf.init_scope():  # eager tensors: any traced function captures them
+            self.paths = tf.constant(full)
+            self.counts = tf.constant([location.shape[0] for location in locations], tf.int64)
+            self.sizes = tf.constant([identity[2] for identity in identities], tf.int64)
+            self.mtimes = tf.constant([identity[3] for identity in identities], tf.int64)
+            self.versions = tf.constant([f"{path}@{':'.join(map(str, identity))}" for path, identity
+                                         in zip(full, identities)])
+            if self.backend is store_npy:
+                self.offsets = tf.constant([_npy_data_offset(path) for path in full], tf.int64)
+
+    def read(self, k, start=None, stop=None):
+        """Rows start..stop (default: all) of entry k, as a host tensor."""
+        count = tf.gather(self.counts, k)
+        start = tf.constant(0, tf.int64) if start is None else tf.cast(start, tf.int64)
+        stop = count if stop is None else tf.cast(stop, tf.int64)
+        row_bytes = int(np.prod(self.row_shape, dtype=np.int64)) * self.dtype.itemsize
+        shape = tf.concat([[stop - start], tf.constant(self.row_shape, tf.int64)], 0)
+        if self.backend is store_npy:
+            tensor = read_file(tf.gather(self.paths, k), tf.gather(self.offsets, k) + start * row_bytes, shape,
+                               tf.as_dtype(self.dtype), tf.gather(self.sizes, k), tf.gather(self.mtimes, k))
+        else:
+            tensor = tf.cond(stop > start, lambda: self._hdf5(k, start, stop, count),
+                             lambda: tf.zeros(shape, tf.as_dtype(self.dtype)))
+        tensor.set_shape([None] + list(self.row_shape))
+        return tensor
+
+    def _hdf5(self, k, start, stop, count):
+        from tensorflow_io.python.ops import core_ops  # noqa: PLC0415  (loads tfio's op library: only when asked)
+
+        full_shape = tf.concat([[count], tf.constant(self.row_shape, tf.int64)], 0)
+        tensor = core_ops.io_hdf5_readable_read(
+            input=tf.gather(self.paths, k), shared=tf.gather(self.versions, k), component=f"/{self.key}",
+            shape=full_shape, start=[start], stop=[stop], dtype=tf.as_dtype(store_hdf5.stored_dtype(self.dtype)),
+            container="NgraTfStore")
+        return tf.cast(tensor, tf.bool) if self.dtype == np.bool_ else tensor
+
+
+def _npy_data_offset(path) -> int:
+    with open(path, "rb") as stream:
+        return store_npy.data_offset(stream)
+
+
+class StoreReader:
+    """A store's chunks and vertex arrays as tables for ops with tensor indices (see the module doc)."""
+
+    def __init__(self, store, vertex_names=()):
+        self.store = store
+        P = store.num_parts
+        layout = store._layout
+        names = INDEX_ARRAYS + (("edge_data",) if store.edge_data_spec is not None else ())
+        self._chunks = {name: _Table(store, [layout.chunk(k // P, k % P, (name,))[0] for k in range(P * P)])
+                        for name in names}
+        dtypes = {self._chunks[name].dtype for name in INDEX_ARRAYS}
+        if len(dtypes) != 1:
+            raise ValueError(f"store {store.path} mixes index dtypes across chunks ({sorted(map(str, dtypes))}); "
+                             "convert it again")
+        self.index_dtype = tf.as_dtype(dtypes.pop())
+        self._vertex = {name: _Table(store, [layout.vertex(name, p) for p in range(P)]) for name in vertex_names}
+
+    def chunk(self, k) -> LoadedChunk:
+        """Chunk k = i * P + j, read when the op runs (host tensors)."""
+        arrays = {name: table.read(k) for name, table in self._chunks.items()}
+        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
+                           arrays.get("edge_data"))
+
+    def rows(self, name, part, start=None, stop=None):
+        """Rows start..stop of interval `part` of vertex array `name` (host tensor)."""
+        return self._vertex[name].read(part, start, stop)
+
+    def row_spec(self, name):
+        table = self._vertex[name]
+        return table.row_shape, table.dtype
+
+
+__all__ = ["StoreReader"]
