@@ -17,7 +17,8 @@ vertex. The graph is saved with the model (as a Keras asset), so
 
 In place of a Graph, a model may take a chunk store (ngra_tf.store.open_store):
 its features, labels and masks stay on disk and every step streams chunks and
-intervals through a memory budget (ngra_tf.runtime.stream):
+intervals through a memory budget (the same executor, ngra_tf.runtime.executor,
+over ngra_tf.runtime.sources.StoreSource):
 
     store = ngra_tf.store.open_store("reddit.store")
     model = ngra_tf.GraphModel(store, [GCN(128, activation="relu"), GCN(41)], memory_budget="256MB")
@@ -53,7 +54,9 @@ from ngra_tf import parallel
 from ngra_tf.layers.saga import SAGALayer
 from ngra_tf.runtime import budget
 from ngra_tf.store import integrity, memory
-from ngra_tf.runtime.executor import SPILL_POLICIES, Executor, MemorySource, StoreSource, stages_of
+from ngra_tf.runtime.executor import SPILL_POLICIES, Executor
+from ngra_tf.runtime.sources import MemorySource, StoreSource
+from ngra_tf.runtime.stages import stages_of
 from ngra_tf.runtime.schedule import check_schedule
 from ngra_tf.store.store import Store, VertexArray, open_store
 
@@ -111,6 +114,7 @@ class GraphModel(keras.Model):
             raise ValueError("a GraphModel needs at least one layer")
         self._pending_input_shape = None
         self._executor = None
+        self._host_tier_depth = 0  # nested fit / evaluate / predict calls (see _host_tier)
         self._features = "features"  # the store's vertex array a store-backed model reads as its input
         self.devices, self.placement, self.topology = devices, placement, topology
         self.ring = None
@@ -149,7 +153,7 @@ class GraphModel(keras.Model):
             else:
                 executor = Executor(stages, StoreSource(self.store, self._features), self.schedule, self.rewrites,
                                     spill=self.spill, spill_dir=self.spill_dir, compute_dtype=self.compute_dtype,
-                                    ring=self.ring, selective=self.selective)
+                                    ring=self.ring, selective=self.selective, overlap=self.overlap)
                 plan = budget.Plan(executor, self, self.memory_budget)
                 plan.check()  # a budget that is too small fails before any work
                 executor.host = "disk" if self.spill_dir is not None else plan.host
@@ -179,6 +183,8 @@ class GraphModel(keras.Model):
                  f"{p.balance()['after']:.2f}), schedule {self.schedule}"]
         if self.store is not None:
             lines += self.memory_plan().describe()
+        else:
+            lines += self.executor().describe()
         if self.ring is not None:
             lines.append(self.ring.describe(p.num_parts))
         lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
@@ -275,11 +281,14 @@ class GraphModel(keras.Model):
 
     @contextlib.contextmanager
     def _host_tier(self):
-        """Around fit / evaluate / predict: a store-backed model's spill files go when they return or fail."""
+        """Around fit / evaluate / predict: a store-backed model's spill files go when they return or fail
+        (the outermost call's end: fit's validation runs evaluate inside it)."""
+        self._host_tier_depth += 1
         try:
             yield
         finally:
-            if self.store is not None and self._executor is not None:
+            self._host_tier_depth -= 1
+            if not self._host_tier_depth and self.store is not None and self._executor is not None:
                 self._executor.close()
 
     def _build_for(self, x):
@@ -305,7 +314,7 @@ class GraphModel(keras.Model):
     # ---- store-backed models: streamed steps ----
 
     def _stream_batch(self, x=None, y=None, sample_weight=None, what="fit"):
-        """A one-element dataset (features name, labels, mask) in the store's interval order."""
+        """A one-element dataset (features name, labels, mask): labels and mask in the user's vertex order."""
         store = self.store
         if x is None:
             x = store.array("features")

@@ -1,10 +1,83 @@
 """The test process splits its CPU into four logical devices before TensorFlow starts, so that
 multi-device (ring) training runs here without GPUs; everything else uses /CPU:0 as before."""
 
+import gc
+
+import pytest
 import tensorflow as tf
+from tensorflow.python.framework import ops as tf_ops
 
 from ngra_tf.parallel.ring import split_cpu
 
 split_cpu(4)
 # The ring tests count on exactly these devices; fail at collection, not later, if TF started first.
 assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_devices("CPU")
+
+
+# The default suite (`make test`, <= 10 minutes on 2 cores) keeps one representative of each equality class
+# of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
+# THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
+THINNED = {
+    # one case per store configuration (P, format, spill policy, host tier), each with another model
+    "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {
+        "gcn-1-npy-recompute-memory", "commnet-3-npy-spill-disk", "ggnn-4-hdf5-spill-memory"},
+    # a sum, a max and an attention model at P > 1 (every model at P > 1: test_models, test_stream)
+    "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {
+        "gcn-8", "mpgcn-3", "gat-2"},
+    "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": {"gcn-2-ring-spill"},
+    "tests/parallel/test_ring.py::test_ring_training_equals_one_device": {"gcn-2"},
+    "tests/compiler/test_compiler_columns.py::test_negative_max_min_columns_match_dense": {"1-True", "3-False"},
+    "tests/compiler/test_compiler_rewrites.py::test_custom_layers_match_their_direct_run_at_every_chunk_count": {
+        "MeanMaxMin-None", "PerFeatureWeight-per_feature"},
+    "tests/runtime/test_stream.py::test_selective_scheduling_gives_the_same_result": {"mpgcn"},
+    "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": {"stage-gcn-spill", "dest-order-gat-recompute"},
+    "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
+    "tests/runtime/test_stream.py::test_dropout_draws_are_replayed_in_backward": {"gat"},
+    "tests/layers/test_training.py::test_example_on_cora": {"gcn"},
+    "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"gat-2", "ggnn-1"},
+}
+SLOW = {
+    "tests/runtime/test_stream.py::test_spill_and_recompute_give_the_same_result",
+    "tests/layers/test_profile.py::test_trace_summary_reads_the_profile",
+    "tests/parallel/test_ring.py::test_every_placement_trains_every_model_alike",
+    "tests/parallel/test_ring.py::test_explain_and_save_load",
+    "tests/ops/test_determinism.py::test_results_cover_every_program_and_reduce",
+    "tests/tools/test_bench_models.py::test_unknown_system_model_or_graph_is_refused",
+    "tests/tools/test_simulate_ring.py::test_bad_flags_give_one_error_line_and_no_traceback",
+    "tests/tools/test_bench_models.py::test_ablation_alone",
+    "tests/tools/test_bench_models.py::test_main_table_and_table_2_layout",
+    "tests/parallel/test_cluster.py::test_ring_across_two_workers_equals_one_device",
+    "tests/parallel/test_train_devices.py::test_devices_train_like_one_device_and_report_traffic",
+    "tests/ops/test_fuzz.py::test_absurd_sizes_fail_cleanly",
+    "tests/ops/test_fuzz.py::test_raw_ops_never_crash_on_malformed_input",
+}
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by mark
+def pytest_collection_modifyitems(config, items):
+    seen = {}
+    for item in items:
+        base, _, params = item.nodeid.partition("[")
+        params = params.rstrip("]")
+        seen.setdefault(base, set()).add(params)
+        keep = THINNED.get(base)
+        if base in SLOW or (keep is not None and params not in keep):
+            item.add_marker(pytest.mark.slow)
+    for base, keep in THINNED.items():  # a renamed case must not leave its class out of the default suite
+        if base in seen and not keep <= seen[base]:
+            raise pytest.UsageError(f"conftest.THINNED keeps {sorted(keep - seen[base])} of {base}, "
+                                    f"which has no such cases: {sorted(seen[base])}")
+
+
+@pytest.fixture(autouse=True)
+def _forget_custom_gradients():
+    """A traced tf.custom_gradient (the executor's backward) is registered in TensorFlow's process-wide
+    gradient registry, which keeps its whole graph alive (~100 MB per model here). A test's models are gone
+    when it ends; so are their entries, or the suite's process grows to tens of GB."""
+    registry = tf_ops._gradient_registry._registry
+    before = set(registry)
+    yield
+    for name in set(registry) - before:
+        if name.startswith("CustomGradient-"):
+            del registry[name]
+    gc.collect()

@@ -1,30 +1,67 @@
-"""NGra Fig. 15 on this machine: streaming and fusion as graphs grow past memory.
+"""NGra Fig. 15 and Fig. 14 on this machine: training from a chunk store, and its schedules.
 
     python tools/bench_streaming.py                               # reddit-small x 1, 4, 9, 16 (base scale 0.25)
     python tools/bench_streaming.py --copies=1,4 --base_scale=0.05 --epochs=2   # a quick run
-    python tools/bench_streaming.py --plot=docs/results/streaming.png
-    python tools/bench_streaming.py --store=/tmp/rm16.store      # the three ways on one existing store
+    python tools/bench_streaming.py --plot=docs/results/streaming.png --json=/tmp/fig15.json
+    python tools/bench_streaming.py --store=/tmp/rm16.store      # the configurations on one existing store
+    python tools/bench_streaming.py --schedules --store=/tmp/rm16.store --memory_budget=352MiB   # Fig. 14
+    python tools/bench_streaming.py --neugraph --store=/tmp/rm16.store   # NeuGraph's step order, if expressible
 
 Each size is the reddit-small preset scaled by copies x --base_scale (vertices
 and edges; 602 features), converted once into a store under --work_dir with
 P chosen by tools/partition_graph.py for --convert_budget (chunks keep their
-size as the graph grows, as in NGra), and trained from that store (GCN,
-model.fit, no validation) three ways:
+size as the graph grows, as in NGra).
+
+Fig. 15 (the default): GCN (model.fit, no validation) from each store in
+these configurations (--configs):
 
     NG-base     chunked, explicit loads and spills, no overlap, no fusion (rewrites off)
-    NG-stream   + the next chunk read while the current one computes
+    NG-stream   + a loop's next step (its reads) may start while the current one computes
     NG          + the compiler's rewrites (fused edge stages, hoisting, narrowing)
+    in-memory   the same model (NG's rewrites) over the same graph held in memory, at the same P
+    NG-serial   NG without the overlap (optional: NG-serial / NG is what the overlap gains with fusion on)
 
-Each cell is the median of --epochs fit epochs after a first, untimed one.
-Overlap is checked against its bound in the same run: NG-serial (NG without
-the read-ahead) reads on the compute thread, so its compute alone is its time
-minus its read time, and NG should take at most 1.2 x max(compute, reads). Reads come from the
-OS page cache when the store fits there (24 GB here): they stand for PCIe
-copies, not for a cold disk.
+Store-backed training runs through the same compiled executor as in-memory
+training: chunk reads and spills are TF ops inside the traced graph, so
+there is no per-read timing; the overlap shows only as whole-epoch times.
+The in-memory graph is rebuilt from the store's own chunks (original vertex
+ids and edge order, its edge data), so both run the same graph; the tool
+checks that its partition at P equals the store's.
+
+Every cell reports the first epoch apart (tracing and graph building, and a
+cold page cache for the first cell of a store) and the MEDIAN of the
+--epochs later ones (the steady state; the first is never averaged in).
+The ratios: NG-stream and NG speedups over NG-base, and NG / in-memory at
+the same P (the goal: at most 1.3x).
+
+--schedules (NGra Fig. 14, from a store under --memory_budget): NG with each
+schedule of ngra_tf.runtime.schedule (ngra, stage, dest-order) on one store
+(--store, else the first --copies size): steady-state median and first
+epoch, and the bytes moved per steady epoch (medians): copy_h2d / copy_d2h
+bytes as the copy ops count them (ngra_tf.ops.copy_stats), and the process's
+own I/O from /proc/self/io deltas around each epoch -- rchar / wchar (bytes
+through read/write system calls, page-cache hits included) and read_bytes /
+write_bytes (bytes that reached or were sent to the block device). The file
+ops (ngra_tf.ops.fileio) keep no byte counts of their own; /proc/self/io
+covers the whole process, so it includes any other I/O in the epoch.
+
+--neugraph: NeuGraph walks a layer's chunks column by column forward and row
+by row backward. The tool derives each schedule's forward and backward order
+from the step tables (schedule.forward_table / backward_table on the store's
+partition) and times a comparison only if the schedules express both that
+order and a different backward order; otherwise it says the variant is not
+implemented.
+
+Reads come from the OS page cache when the store fits there: they stand for
+PCIe copies, not for a cold disk. --json=PATH writes every printed result
+(a dict of cells) as JSON.
 """
 
 from __future__ import annotations
 
+import gc
+import json
+import math
 import os
 import statistics
 import subprocess
@@ -39,28 +76,119 @@ flags.DEFINE_list("copies", ["1", "4", "9", "16"], "Sizes: multiples of the base
 flags.DEFINE_float("base_scale", 0.25, "The base graph: reddit-small at this scale.", lower_bound=1e-4)
 flags.DEFINE_string("convert_budget", "64MB", "Memory budget the converter picks P for (same chunk size at every "
                     "size).")
-flags.DEFINE_string("memory_budget", None, "Training memory budget (default: none; the stores are on disk anyway).")
+flags.DEFINE_string("memory_budget", None, "Training memory budget of the store-backed configurations (default: "
+                    "none; the stores are on disk anyway). A budget too small for the host tier spills to disk.")
 flags.DEFINE_integer("hidden", 128, "GCN hidden units.", lower_bound=1)
-flags.DEFINE_integer("epochs", 3, "Timed epochs per cell (after one untimed).", lower_bound=1)
+flags.DEFINE_integer("epochs", 3, "Timed epochs per cell, after the first (reported apart).", lower_bound=1)
 flags.DEFINE_string("work_dir", "/tmp/ngra-bench-streaming", "Where the stores are written (reused when present).")
 flags.DEFINE_string("store", None, "Time an existing store (tools/partition_graph.py --prepare=gcn) instead of "
                     "the scaled presets.")
-flags.DEFINE_list("configs", ["NG-base", "NG-stream", "NG", "NG-serial"], "Which configurations to time "
-                  "(NG and NG-serial give the overlap check; NG-base the speedups).")
-flags.DEFINE_string("spill", "spill", "The spill policy of every configuration (spill or recompute).")
-flags.DEFINE_float("selective", 0.0, "Selective scheduling threshold for every configuration (0: off).",
-                   lower_bound=0, upper_bound=1)
+flags.DEFINE_list("configs", ["NG-base", "NG-stream", "NG", "in-memory"], "Which Fig. 15 configurations to time: "
+                  "NG-base, NG-stream, NG, in-memory, NG-serial (NG-base gives the speedups, in-memory NG's "
+                  "distance from in-memory training).")
+flags.DEFINE_string("spill", "spill", "The spill policy of every store-backed configuration (spill or recompute).")
+flags.DEFINE_float("selective", 0.0, "Selective scheduling threshold for every store-backed configuration "
+                   "(0: off).", lower_bound=0, upper_bound=1)
 flags.DEFINE_bool("compare_selective", False, "Also time NG with selective scheduling at 0.5 (and print the bytes "
                   "copied to the device).")
 flags.DEFINE_bool("compare_spill", False, "Also time NG with the other spill policy (and print the ratio).")
-flags.DEFINE_string("plot", None, "Write a PNG of the speedups over NG-base here (needs matplotlib).")
+flags.DEFINE_bool("schedules", False, "NGra Fig. 14 instead of Fig. 15: NG with each of --schedule_list on one "
+                  "store (--store, else the first --copies size) under --memory_budget: times and bytes moved.")
+flags.DEFINE_list("schedule_list", ["ngra", "stage", "dest-order"], "The schedules --schedules times (ratios are "
+                  "against the first).")
+flags.DEFINE_bool("neugraph", False, "Compare NeuGraph's step order (forward column by column, backward row by "
+                  "row) with the other orders the schedules express, on one store; says so when no schedule "
+                  "expresses the comparison.")
+flags.DEFINE_string("plot", None, "Write a PNG of the Fig. 15 speedups over NG-base here (needs matplotlib).")
+flags.DEFINE_string("json", None, "Also write every result printed, as a dict of cells, to this JSON file.")
 
 CONFIGS = {"NG-base": dict(overlap=False, rewrites=False), "NG-stream": dict(overlap=True, rewrites=False),
-           "NG": dict(overlap=True, rewrites=True), "NG-serial": dict(overlap=False, rewrites=True)}
+           "NG": dict(overlap=True, rewrites=True), "in-memory": dict(memory=True, rewrites=True),
+           "NG-serial": dict(overlap=False, rewrites=True)}
+IO_FIELDS = ("rchar", "wchar", "read_bytes", "write_bytes", "cancelled_write_bytes")
+MIB = 2.0 ** 20
+GOAL_VS_MEMORY = 1.3  # NG's steady epoch over in-memory training's at the same P
 
+
+# ---- measuring ----
+
+def process_io() -> dict | None:
+    """This process's I/O counters (/proc/self/io, all threads), or None where the kernel does not give them."""
+    try:
+        with open("/proc/self/io") as stream:
+            fields = dict(line.split(":", 1) for line in stream if ":" in line)
+        return {name: int(fields[name]) for name in IO_FIELDS if name in fields}
+    except (OSError, ValueError):
+        return None
+
+
+def copied_bytes() -> dict:
+    """{"h2d": bytes, "d2h": bytes, "d2d": bytes} since the last reset (all devices), or {} without the op library."""
+    from ngra_tf.ops._loader import library  # noqa: PLC0415
+    from ngra_tf.ops.copy import copy_stats  # noqa: PLC0415
+
+    totals = {}
+    for (kind, _), count in copy_stats().items():
+        totals[kind] = totals.get(kind, 0) + count
+    if not totals and library() is None:
+        return {}
+    return {kind: totals.get(kind, 0) for kind in ("h2d", "d2h", "d2d")}
+
+
+def make_timer():
+    import keras  # noqa: PLC0415  (after absl has parsed the flags)
+
+    import ngra_tf  # noqa: PLC0415
+
+    class EpochTimer(keras.callbacks.Callback):
+        """Per epoch: wall seconds (counters read and reset outside the timed span), bytes copied, process I/O,
+        training loss."""
+
+        def __init__(self):
+            super().__init__()
+            self.epochs = []
+
+        def on_epoch_begin(self, epoch, logs=None):
+            ngra_tf.ops.copy_stats(reset=True)
+            self._io = process_io()
+            self._start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            seconds = time.perf_counter() - self._start
+            after = process_io()
+            io = None if after is None or self._io is None else {k: after[k] - self._io[k] for k in after}
+            self.epochs.append({"seconds": seconds, "copied": copied_bytes(), "io": io,
+                                "loss": float((logs or {}).get("loss", math.nan))})
+
+    return EpochTimer()
+
+
+def summarize(epochs: list) -> dict:
+    """The first epoch apart; medians of the later ones (the steady state)."""
+    later = epochs[1:]
+
+    def median(values):
+        values = [v for v in values if v is not None]
+        return statistics.median(values) if values else None
+
+    cell = {"first_s": epochs[0]["seconds"], "median_s": median(e["seconds"] for e in later),
+            "timed_epochs": len(later), "epoch_s": [e["seconds"] for e in epochs],
+            "loss": [e["loss"] for e in epochs]}
+    if later and later[0]["copied"]:
+        cell["copied"] = {k: median(e["copied"].get(k) for e in later) for k in later[0]["copied"]}
+    else:
+        cell["copied"] = None
+    if later and later[0]["io"] is not None:
+        cell["io"] = {k: median(e["io"].get(k) for e in later) for k in later[0]["io"]}
+    else:
+        cell["io"] = None
+    return cell
+
+
+# ---- the runs ----
 
 def store_for(copies: int) -> str:
-    path = os.path.join(FLAGS.work_dir, f"reddit-small-x{copies}-s{FLAGS.base_scale}.store")
+    path = os.path.join(FLAGS.work_dir, f"reddit-small-x{copies}-s{FLAGS.base_scale}-b{FLAGS.convert_budget}.store")
     if not os.path.exists(os.path.join(path, "manifest.json")):
         command = [sys.executable, os.path.join(REPO, "tools", "partition_graph.py"), "--preset=reddit-small",
                    f"--scale={FLAGS.base_scale * copies}", "--prepare=gcn", f"--memory_budget={FLAGS.convert_budget}",
@@ -71,104 +199,328 @@ def store_for(copies: int) -> str:
     return path
 
 
-def time_config(store, config: dict) -> dict:
+def graph_in_memory(store):
+    """The store's graph, rebuilt in memory from its chunks: original vertex ids, the user's edge order (edge_ids)
+    and its edge data (the GCN weights the conversion computed)."""
+    import numpy as np  # noqa: PLC0415
+
+    from ngra_tf.graph.graph import Graph  # noqa: PLC0415
+
+    P, E = store.num_parts, store.num_edges
+    src, dst = np.empty(E, np.int64), np.empty(E, np.int64)
+    spec = store.edge_data_spec
+    data = None if spec is None else np.empty((E,) + tuple(spec[0]), spec[1])
+    for i in range(P):
+        for j in range(P):
+            if not store.edge_counts[i, j]:
+                continue
+            chunk = store.chunk(i, j)
+            adjacency = chunk.adjacency
+            local_dst = np.repeat(np.arange(adjacency.num_dst), np.diff(adjacency.csc_indptr))
+            src[chunk.edge_ids] = store.order[store.bounds[i] + adjacency.csc_src.astype(np.int64)]
+            dst[chunk.edge_ids] = store.order[store.bounds[j] + local_dst]
+            if data is not None:
+                data[chunk.edge_ids] = chunk.edge_data
+    graph = Graph.from_edges(src, dst, store.num_vertices, edge_data=data)
+    partition = graph.partition(P)
+    same = (np.array_equal(partition.edge_counts, store.edge_counts) and np.array_equal(partition.order, store.order))
+    if not same:
+        print("  note: the in-memory graph's partition at P differs from the store's (same graph, other chunks)")
+    return graph
+
+
+def time_config(store, config: dict, memory_inputs=None) -> dict:
     import keras  # noqa: PLC0415  (after absl has parsed the flags)
 
     import ngra_tf  # noqa: PLC0415
 
+    keras.backend.clear_session()
+    gc.collect()
     keras.utils.set_random_seed(0)
-    classes = store.num_classes()
-    model = ngra_tf.GraphModel(store, [ngra_tf.layers.GCN(FLAGS.hidden, activation="relu"),
-                                       ngra_tf.layers.GCN(classes)],
-                               memory_budget=FLAGS.memory_budget, overlap=config["overlap"],
-                               rewrites=config["rewrites"], spill=config.get("spill", FLAGS.spill),
-                               selective=config.get("selective", FLAGS.selective))
+    layers = [ngra_tf.layers.GCN(FLAGS.hidden, activation="relu"), ngra_tf.layers.GCN(store.num_classes())]
+    schedule = config.get("schedule", "ngra")
+    if config.get("memory"):
+        graph, features, labels, mask = memory_inputs()
+        model = ngra_tf.GraphModel(graph, layers, chunks=store.num_parts, schedule=schedule,
+                                   rewrites=config["rewrites"])
+    else:
+        model = ngra_tf.GraphModel(store, layers, schedule=schedule, memory_budget=FLAGS.memory_budget,
+                                   overlap=config["overlap"], rewrites=config["rewrites"],
+                                   spill=config.get("spill", FLAGS.spill),
+                                   selective=config.get("selective", FLAGS.selective))
+        features, labels, mask = store.array("features"), store.array("labels"), store.array("train_mask")
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
-    model.build(store.array("features").shape)
-    stats = model.streamer().stats
-    epochs = []
+    timer = make_timer()
+    model.fit(features, labels, sample_weight=mask, epochs=FLAGS.epochs + 1, verbose=0, callbacks=[timer])
+    cell = summarize(timer.epochs)
+    if model.store is not None:
+        cell["host_tier"] = model.memory_plan().host
+    return cell
 
-    class EpochTimer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            stats.clear()
-            ngra_tf.ops.copy_stats(reset=True)
-            self.start = time.perf_counter()
 
-        def on_epoch_end(self, epoch, logs=None):
-            seconds = time.perf_counter() - self.start
-            h2d = sum(n for (kind, _), n in ngra_tf.ops.copy_stats().items() if kind == "h2d")
-            epochs.append((seconds, stats["read_s"], stats["read_wait_s"], h2d))
+def memory_loader(store):
+    """A function giving (graph, features, labels, train mask) in memory, made on first use and then kept."""
+    held = {}
 
-    model.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"),
-              epochs=FLAGS.epochs + 1, verbose=0, callbacks=[EpochTimer()])
-    timed = epochs[1:]
-    return {"seconds": statistics.median(e[0] for e in timed), "read_s": statistics.median(e[1] for e in timed),
-            "wait_s": statistics.median(e[2] for e in timed), "h2d": statistics.median(e[3] for e in timed)}
+    def load():
+        if not held:
+            held["inputs"] = (graph_in_memory(store), store.array("features").read(), store.array("labels").read(),
+                              store.array("train_mask").read())
+        return held["inputs"]
+
+    return load
+
+
+# ---- printing ----
+
+def fmt_s(seconds) -> str:
+    return "-" if seconds is None or not math.isfinite(seconds) else f"{seconds:.4f}"
+
+
+def ratio(a, b):
+    return a / b if a is not None and b and math.isfinite(a) and math.isfinite(b) else None
+
+
+def fmt_x(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def fmt_mib(count) -> str:
+    return "n/a" if count is None else f"{count / MIB:.2f}"
+
+
+def open_or_usage(path):
+    from ngra_tf.store import open_store  # noqa: PLC0415
+
+    try:
+        return open_store(path)
+    except ValueError as error:
+        raise app.UsageError(f"--store: {error}") from None
+
+
+def run_cell(store, config, memory_inputs=None):
+    from ngra_tf.runtime.budget import MemoryBudgetError  # noqa: PLC0415
+
+    try:
+        return time_config(store, config, memory_inputs)
+    except MemoryBudgetError as error:
+        raise app.UsageError(f"--memory_budget: {error}") from None
+
+
+def fig15(copies, results):
+    configs = [name for name in CONFIGS if name in FLAGS.configs]
+    timed = [name for name in ("NG-base", "NG-stream", "NG", "in-memory", "NG-serial") if name in configs]
+    print(f"NGra Fig. 15: GCN ({FLAGS.hidden} hidden) per epoch in seconds: the median of {FLAGS.epochs} epoch(s) "
+          f"after the first, and [the first epoch, incl. tracing and graph building]", flush=True)
+    head = " ".join(f"{name:>18}" for name in timed)
+    print(f"{'graph':>18} {'V':>8} {'E':>10} {'P':>3} | {head} | {'stream/base':>11} {'NG/base':>8} "
+          f"{'NG/in-memory':>12}", flush=True)
+    rows, speedups = [], {"NG-stream": [], "NG": []}
+    if "in-memory" in configs:
+        speedups["in-memory"] = []
+    targets = [(None, FLAGS.store)] if FLAGS.store else [(k, None) for k in copies]
+    section = results.setdefault("fig15", {})
+    for k, path in targets:
+        store = open_or_usage(path or store_for(k))
+        label = f"reddit-small x{k}" if path is None else os.path.basename(path.rstrip("/"))
+        load = memory_loader(store)
+        cells = {name: run_cell(store, CONFIGS[name], load) for name in configs}
+        extra = {}
+        if FLAGS.compare_selective:
+            extra["NG selective=0.5"] = run_cell(store, dict(CONFIGS["NG"], selective=0.5))
+        if FLAGS.compare_spill:
+            other = "recompute" if FLAGS.spill == "spill" else "spill"
+            extra[f"NG spill={other}"] = run_cell(store, dict(CONFIGS["NG"], spill=other))
+        median = {name: cells[name]["median_s"] if name in cells else None for name in CONFIGS}
+        stream_x, ng_x = ratio(median["NG-base"], median["NG-stream"]), ratio(median["NG-base"], median["NG"])
+        vs_memory = ratio(median["NG"], median["in-memory"])
+        rows.append(label)
+        speedups["NG-stream"].append(stream_x)
+        speedups["NG"].append(ng_x)
+        if "in-memory" in speedups:
+            speedups["in-memory"].append(ratio(median["NG-base"], median["in-memory"]))
+        body = " ".join(f"{fmt_s(cells[n]['median_s']) + ' [' + fmt_s(cells[n]['first_s']) + ']':>18}" for n in timed)
+        print(f"{label:>18} {store.num_vertices:>8} {store.num_edges:>10} {store.num_parts:>3} | {body} | "
+              f"{fmt_x(stream_x):>11} {fmt_x(ng_x):>8} {fmt_x(vs_memory):>12}", flush=True)
+        for name in timed:
+            cell = cells[name]
+            copied, io = cell["copied"] or {}, cell["io"] or {}
+            print(f"  {name}: per steady epoch h2d {fmt_mib(copied.get('h2d'))} MiB, d2h {fmt_mib(copied.get('d2h'))}"
+                  f" MiB; process read() {fmt_mib(io.get('rchar'))} MiB, write() {fmt_mib(io.get('wchar'))} MiB, "
+                  f"disk read {fmt_mib(io.get('read_bytes'))} MiB, disk write {fmt_mib(io.get('write_bytes'))} MiB"
+                  + (f"; host tier {cell['host_tier']}" if "host_tier" in cell else "")
+                  + f"; final loss {cell['loss'][-1]:.4f}", flush=True)
+        if vs_memory is not None:
+            verdict = "within" if vs_memory <= GOAL_VS_MEMORY else "MORE than"
+            print(f"  NG / in-memory at P={store.num_parts}: {vs_memory:.2f}x, {verdict} the {GOAL_VS_MEMORY}x goal",
+                  flush=True)
+        if "NG-serial" in cells and "NG" in cells:
+            print(f"  overlap with fusion on: NG-serial / NG {fmt_x(ratio(median['NG-serial'], median['NG']))}",
+                  flush=True)
+        for name, cell in extra.items():
+            line = f"  {name}: {fmt_s(cell['median_s'])} s/epoch [{fmt_s(cell['first_s'])}], " \
+                   f"{fmt_x(ratio(cell['median_s'], median['NG']))} NG"
+            if cell["copied"] and "NG" in cells and cells["NG"]["copied"]:
+                h2d, base_h2d = cell["copied"]["h2d"], cells["NG"]["copied"]["h2d"]
+                line += f"; h2d {fmt_mib(h2d)} MiB ({fmt_x(ratio(h2d, base_h2d))} NG)"
+            print(line, flush=True)
+        section[label] = {"num_vertices": store.num_vertices, "num_edges": store.num_edges,
+                          "num_parts": store.num_parts, "store": store.path, "cells": {**cells, **extra},
+                          "ratios": {"NG-stream/NG-base speedup": stream_x, "NG/NG-base speedup": ng_x,
+                                     "NG/in-memory": vs_memory}}
+    if FLAGS.plot:
+        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+        from plots import ratio_chart  # noqa: PLC0415
+
+        ratio_chart(FLAGS.plot, "NGra Fig. 15 here: GCN epoch from a store, speedup over NG-base", rows, speedups,
+                    note="NG-base: chunked, explicit copies, no overlap or fusion; NG-stream: + overlap; "
+                         "NG: + fused kernels; in-memory: NG's model, graph in memory, same P",
+                    xlabel="speedup over NG-base (NG-base steady epoch / this steady epoch)")
+
+
+def one_store(copies):
+    return open_or_usage(FLAGS.store or store_for(copies[0]))
+
+
+def schedules_mode(copies, results):
+    store = one_store(copies)
+    budget = FLAGS.memory_budget or "none"
+    print(f"NGra Fig. 14 from a store: NG (overlap, rewrites) with each schedule on {store.path} "
+          f"(V={store.num_vertices}, E={store.num_edges}, P={store.num_parts}), memory budget {budget}; "
+          f"seconds: median of {FLAGS.epochs} epoch(s) after the first, [first]; MiB per steady epoch "
+          f"(medians): copy ops h2d/d2h, process read()/write() (rchar/wchar) and disk (read_bytes/write_bytes)",
+          flush=True)
+    print(f"{'schedule':>10} | {'steady s':>9} {'first s':>8} | {'h2d':>8} {'d2h':>8} {'read()':>8} {'write()':>8} "
+          f"{'disk rd':>8} {'disk wr':>8} | {'host':>6} | {'time/ngra':>9} {'h2d/ngra':>8} {'read()/ngra':>11} "
+          f"{'write()/ngra':>12}", flush=True)
+    cells = {}
+    for schedule in FLAGS.schedule_list:
+        cells[schedule] = cell = run_cell(store, dict(CONFIGS["NG"], schedule=schedule))
+        copied, io = cell["copied"] or {}, cell["io"] or {}
+        first = cells[FLAGS.schedule_list[0]]
+        first_copied, first_io = first["copied"] or {}, first["io"] or {}
+        cell["vs_first"] = {"time": ratio(cell["median_s"], first["median_s"]),
+                            "h2d": ratio(copied.get("h2d"), first_copied.get("h2d")),
+                            "rchar": ratio(io.get("rchar"), first_io.get("rchar")),
+                            "wchar": ratio(io.get("wchar"), first_io.get("wchar"))}
+        v = cell["vs_first"]
+        print(f"{schedule:>10} | {fmt_s(cell['median_s']):>9} {fmt_s(cell['first_s']):>8} | "
+              f"{fmt_mib(copied.get('h2d')):>8} {fmt_mib(copied.get('d2h')):>8} {fmt_mib(io.get('rchar')):>8} "
+              f"{fmt_mib(io.get('wchar')):>8} {fmt_mib(io.get('read_bytes')):>8} {fmt_mib(io.get('write_bytes')):>8} | "
+              f"{cell['host_tier']:>6} | {fmt_x(v['time']):>9} {fmt_x(v['h2d']):>8} {fmt_x(v['rchar']):>11} "
+              f"{fmt_x(v['wchar']):>12}", flush=True)
+    if FLAGS.schedule_list[0] != "ngra":
+        print(f"  (ratios are against {FLAGS.schedule_list[0]}, the first of --schedule_list)")
+    print("  disk rd / disk wr: bytes the block device served / pages newly dirtied for it; 0 when the page cache "
+          "served the reads and absorbed the writes (read() / write() count them either way)", flush=True)
+    results["schedules"] = {"store": store.path, "num_parts": store.num_parts, "memory_budget": FLAGS.memory_budget,
+                            "against": FLAGS.schedule_list[0], "cells": cells}
+
+
+def table_order(table) -> str:
+    """How a step table walks the chunks: 'column' (by destination interval j), 'row' (by source interval i),
+    'either' (both, e.g. P = 1 or a diagonal graph) or 'other'."""
+    from ngra_tf.runtime import schedule as sched  # noqa: PLC0415
+
+    steps = [(int(r[sched.I]), int(r[sched.J])) for r in table if r[sched.PASS] == sched.MESSAGES]
+    by_column = steps == sorted(steps, key=lambda s: (s[1], s[0]))
+    by_row = steps == sorted(steps)
+    return "either" if by_column and by_row else "column" if by_column else "row" if by_row else "other"
+
+
+def neugraph_mode(copies, results):
+    from ngra_tf.runtime import schedule as sched  # noqa: PLC0415
+
+    store = one_store(copies)
+    partition = store.partition()
+    print(f"NeuGraph's step order (forward column by column, backward row by row) on {store.path} "
+          f"(P={store.num_parts}), GCN (no column-wide softmax, so no marker passes):", flush=True)
+    orders = {}
+    for schedule in sched.SCHEDULES:
+        forward = table_order(sched.forward_table(partition, schedule, 0, False))
+        backward = table_order(sched.backward_table(partition, 0))
+        orders[schedule] = {"forward": forward, "backward": backward}
+        words = {"column": "column by column", "row": "row by row", "either": "column and row order alike",
+                 "other": "in another order"}
+        print(f"  {schedule:>10}: forward {words[forward]}, backward {words[backward]}", flush=True)
+    section = results.setdefault("neugraph", {"store": store.path, "num_parts": store.num_parts, "orders": orders})
+    if all(o["forward"] == "either" for o in orders.values()):
+        print(f"  at P={store.num_parts} every order walks the same steps: use a store with P >= 2", flush=True)
+        section["comparison"] = "not measurable at this P"
+        return
+
+    def matches(order, want):
+        return order in (want, "either")
+
+    neugraph = [s for s, o in orders.items() if matches(o["forward"], "column") and matches(o["backward"], "row")]
+    other = [s for s, o in orders.items() if matches(o["forward"], "column") and o["backward"] in ("column", "other")]
+    if neugraph:
+        print(f"  NeuGraph's order is what {', '.join(neugraph)} already run{'s' if len(neugraph) == 1 else ''}: "
+              f"NGra's own schedule walks backward row by row too", flush=True)
+    if not neugraph or not other:
+        print("  NOT IMPLEMENTED: no schedule walks the same forward with another backward order "
+              "(schedule.backward_table takes no schedule: every schedule's backward is row by row), so there "
+              "is nothing to time NeuGraph's order against; nothing timed (the forward orders alone: --schedules)",
+              flush=True)
+        section["comparison"] = "not implemented: every schedule shares the row-by-row backward"
+        return
+    cells = {s: run_cell(store, dict(CONFIGS["NG"], schedule=s)) for s in neugraph[:1] + other[:1]}
+    for s, cell in cells.items():
+        print(f"  {s}: {fmt_s(cell['median_s'])} s/epoch [{fmt_s(cell['first_s'])}]", flush=True)
+    section["cells"] = cells
 
 
 def main(argv):
-    del argv
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     try:
         copies = [int(c) for c in FLAGS.copies]
     except ValueError:
         raise app.UsageError(f"--copies must be integers, got {FLAGS.copies}") from None
     if not copies or min(copies) < 1:
         raise app.UsageError("--copies must be positive integers")
-    unknown = set(FLAGS.configs) - set(CONFIGS)
+    unknown = [c for c in FLAGS.configs if c not in CONFIGS]
     if unknown or not FLAGS.configs:
         raise app.UsageError(f"--configs: choose from {', '.join(CONFIGS)}; got {FLAGS.configs}")
-    from ngra_tf.store import memory, open_store  # noqa: PLC0415
-
     if FLAGS.spill not in ("spill", "recompute"):
         raise app.UsageError(f"--spill must be spill or recompute, got {FLAGS.spill!r}")
-    try:
-        memory.parse_size(FLAGS.convert_budget)
-        if FLAGS.memory_budget:
-            memory.parse_size(FLAGS.memory_budget)
-    except ValueError as error:
-        raise app.UsageError(str(error)) from None
-    os.makedirs(FLAGS.work_dir, exist_ok=True)
-    rows, speedups = [], {"NG-stream": [], "NG": []}
-    print(f"{'graph':>14} {'V':>8} {'E':>10} {'P':>3} | {'NG-base':>8} {'NG-stream':>9} {'NG':>8} (s/epoch) | "
-          f"{'stream':>6} {'NG':>6} (x NG-base) | NG-serial: compute reads, NG / max(compute, reads)")
-    targets = [("store", FLAGS.store)] if FLAGS.store else [(f"reddit-small x{k}", None) for k in copies]
-    for (label, path), k in zip(targets, copies):
-        try:
-            store = open_store(path or store_for(k))
-        except ValueError as error:
-            raise app.UsageError(f"--store: {error}") from None
-        cells = {name: time_config(store, config) for name, config in CONFIGS.items() if name in FLAGS.configs}
-        if "NG" in cells:
-            print(f"  NG copies {cells['NG']['h2d'] / 2**20:.1f} MiB host -> device per epoch", flush=True)
-        if FLAGS.compare_selective:
-            cell = time_config(store, dict(CONFIGS["NG"], selective=0.5))
-            ng = cells["NG"]
-            print(f"  NG with selective=0.5: {cell['seconds']:.2f} s/epoch ({cell['seconds'] / ng['seconds']:.2f}x), "
-                  f"{cell['h2d'] / 2**20:.1f} MiB host -> device ({cell['h2d'] / ng['h2d']:.2f}x)", flush=True)
-        if FLAGS.compare_spill:
-            other = "recompute" if FLAGS.spill == "spill" else "spill"
-            seconds = time_config(store, dict(CONFIGS["NG"], spill=other))["seconds"]
-            print(f"  NG with spill={other}: {seconds:.2f} s/epoch, {seconds / cells['NG']['seconds']:.2f}x "
-                  f"spill={FLAGS.spill}", flush=True)
-        base, stream, fused, serial = (cells[n]["seconds"] if n in cells else float("nan") for n in CONFIGS)
-        reads = cells["NG-serial"]["read_s"] if "NG-serial" in cells else float("nan")
-        compute = max(serial - reads, 1e-9)
-        bound = fused / max(compute, reads)
-        speedups["NG-stream"].append(base / stream)
-        speedups["NG"].append(base / fused)
-        rows.append(label if path is None else os.path.basename(path.rstrip("/")))
-        print(f"{rows[-1]:>14} {store.num_vertices:>8} {store.num_edges:>10} {store.num_parts:>3} | {base:8.2f} "
-              f"{stream:9.2f} {fused:8.2f}           | {base / stream:5.2f}x {base / fused:5.2f}x             | "
-              f"{compute:7.2f} {reads:6.2f}  {bound:.2f}", flush=True)
-        if bound > 1.2:
-            print(f"  NG takes {bound:.2f}x max(compute, reads): more than the 1.2x overlap goal")
-    if FLAGS.plot:
-        sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-        from plots import ratio_chart  # noqa: PLC0415
+    if FLAGS.compare_selective and "NG" not in FLAGS.configs:
+        raise app.UsageError("--compare_selective compares against NG: include NG in --configs")
+    if FLAGS.compare_spill and "NG" not in FLAGS.configs:
+        raise app.UsageError("--compare_spill compares against NG: include NG in --configs")
+    if FLAGS.json:
+        folder = os.path.dirname(os.path.abspath(FLAGS.json))
+        if not os.path.isdir(folder):
+            raise app.UsageError(f"--json: no directory {folder}")
+    from ngra_tf.runtime.schedule import SCHEDULES  # noqa: PLC0415  (loads TensorFlow: after the flags)
+    from ngra_tf.store import memory  # noqa: PLC0415
 
-        ratio_chart(FLAGS.plot, "NGra Fig. 15 here: GCN epoch from a store, speedup over NG-base", rows, speedups,
-                    note="NG-base: chunked, explicit copies, no overlap, no fusion; NG-stream: + read-ahead; "
-                         "NG: + fused kernels", xlabel="speedup over NG-base (NG-base epoch / this epoch)")
+    bad = [s for s in FLAGS.schedule_list if s not in SCHEDULES]
+    if bad or not FLAGS.schedule_list:
+        raise app.UsageError(f"--schedule_list: choose from {', '.join(SCHEDULES)}; got {FLAGS.schedule_list}")
+    for name in ("convert_budget", "memory_budget"):
+        try:
+            if getattr(FLAGS, name):
+                memory.parse_size(getattr(FLAGS, name))
+        except ValueError as error:
+            raise app.UsageError(f"--{name}: {error}") from None
+    if FLAGS.store is None:
+        os.makedirs(FLAGS.work_dir, exist_ok=True)
+    results = {"flags": {name: FLAGS[name].value for name in ("copies", "base_scale", "convert_budget",
+                                                              "memory_budget", "hidden", "epochs", "store",
+                                                              "spill", "selective")}}
+    try:
+        if FLAGS.schedules:
+            schedules_mode(copies, results)
+        if FLAGS.neugraph:
+            neugraph_mode(copies, results)
+        if not (FLAGS.schedules or FLAGS.neugraph):
+            fig15(copies, results)
+    finally:
+        if FLAGS.json:
+            with open(FLAGS.json, "w") as stream:
+                json.dump(results, stream, indent=1, default=str)
+            print(f"wrote {FLAGS.json}")
 
 
 if __name__ == "__main__":

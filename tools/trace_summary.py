@@ -9,7 +9,9 @@ prints, per thread and event name, the total time and count divided by
 --steps: the ops of the executor threads (NgraFusedGather, _MklMatMul, ...)
 and the Python-side events (the train function, iterator creation, tensor
 deletion). Events nest (a function call contains its ops), so the rows do not
-add up to the wall time.
+add up to the wall time. An op inside a loop body is named once, as its loop's
+op ("gcn/ForwardChunkSteps/FusedGather/NgraFusedGather"), its bodies' instances
+summed.
 """
 
 from __future__ import annotations
@@ -17,11 +19,12 @@ from __future__ import annotations
 import collections
 import glob
 import os
+import re
 
 from absl import app, flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("logdir", None, "A profile directory (--profile_dir of examples/train.py).", required=True)
+flags.DEFINE_string("logdir", None, "A profile directory (--profile_dir of examples/train.py).")
 flags.DEFINE_integer("steps", 1, "Divide totals by this many profiled steps.", lower_bound=1)
 flags.DEFINE_integer("top", 30, "Rows to print.", lower_bound=1)
 
@@ -31,6 +34,19 @@ def newest_trace(logdir: str) -> str:
     if not traces:
         raise FileNotFoundError(f"no .xplane.pb under {logdir}: is it a profiler log directory?")
     return max(traces, key=os.path.getmtime)
+
+
+_BODY = re.compile(r"/body/_\d+/")
+
+
+def event_name(name: str) -> str:
+    """Folds "L/body/_N/L/op", TensorFlow's name for op in an instance of loop L's body, into "L/op"."""
+    while (found := _BODY.search(name)) is not None:
+        loop, inner = name[:found.start()], name[found.end():]
+        common = max((n for n in range(1, len(inner) + 1) if loop.endswith(inner[:n]) and
+                      (n == len(loop) or loop[-n - 1] == "/")), default=0)
+        name = loop + inner[common:] if common else loop + "/" + inner
+    return name
 
 
 def summarise(path: str):
@@ -47,7 +63,7 @@ def summarise(path: str):
         for line in plane.lines:
             thread = (line.display_name or line.name).split("/")[0]
             for event in line.events:
-                entry = totals[(thread, plane.event_metadata[event.metadata_id].name)]
+                entry = totals[(thread, event_name(plane.event_metadata[event.metadata_id].name))]
                 entry[0] += event.duration_ps / 1e9
                 entry[1] += 1
     return totals
@@ -67,4 +83,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    flags.mark_flag_as_required("logdir")  # here, not at import: tests import event_name without the flags
     app.run(main)

@@ -30,6 +30,18 @@ def _indptr(ids: np.ndarray, num_segments: int, dtype) -> np.ndarray:
     return indptr
 
 
+
+def cached_tensor(owner, attribute: str, array):
+    """array as a tensor made outside any tf.function, cached on owner."""
+    if array is None:
+        return None
+    tensor = owner.__dict__.get(attribute)
+    if tensor is None:
+        with tf.init_scope(), tf.device("/cpu:0"):
+            tensor = tf.constant(array)
+        object.__setattr__(owner, attribute, tensor)
+    return tensor
+
 class Adjacency:
     """Immutable CSC + CSR index arrays of a set of edges."""
 

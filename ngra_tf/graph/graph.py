@@ -24,7 +24,7 @@ import numpy as np
 import scipy.sparse as sp
 import tensorflow as tf
 
-from ngra_tf.graph.adjacency import Adjacency
+from ngra_tf.graph.adjacency import Adjacency, cached_tensor
 
 # Edge ids that make the kernels read and write per-edge tensors in the
 # user's order: the user's position of every CSC and every CSR position.
@@ -146,7 +146,7 @@ class Graph:
 
     def edge_data_tensor(self):
         """stored_edge_data (stored, CSC order) as a TF tensor, made once (eagerly), or None."""
-        return _cached_tensor(self, "_edge_data_tensor", self.stored_edge_data)
+        return cached_tensor(self, "_edge_data_tensor", self.stored_edge_data)
 
     def user_edge_ids(self) -> UserEdgeIds | None:
         """Edge ids that make the kernels use the user's order, or None if it is the stored order.
@@ -295,18 +295,6 @@ class Graph:
         stored = self.stored_edge_data
         data = "" if stored is None else f", edge_data={stored.dtype}{list(stored.shape)}"
         return f"Graph(num_vertices={self.num_vertices}, num_edges={self.num_edges}{data})"
-
-
-def _cached_tensor(owner, attribute: str, array):
-    """array as a tensor made outside any tf.function, cached on owner."""
-    if array is None:
-        return None
-    tensor = owner.__dict__.get(attribute)
-    if tensor is None:
-        with tf.init_scope(), tf.device("/cpu:0"):
-            tensor = tf.constant(array)
-        object.__setattr__(owner, attribute, tensor)
-    return tensor
 
 
 def _edge_data(edge_data, num_edges: int, order: np.ndarray | None) -> np.ndarray | None:

@@ -14,8 +14,12 @@ import dataclasses
 
 import numpy as np
 
-from ngra_tf.graph.adjacency import Adjacency, LoadedAdjacency
-from ngra_tf.graph.graph import Graph, _cached_tensor
+from typing import TYPE_CHECKING
+
+from ngra_tf.graph.adjacency import Adjacency, LoadedAdjacency, cached_tensor
+
+if TYPE_CHECKING:  # Graph.partition builds a Partition: the import goes one way
+    from ngra_tf.graph.graph import Graph
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -34,7 +38,7 @@ class Chunk:
 
     def edge_data_tensor(self):
         """edge_data (the chunk's CSC order) as a TF tensor, made once (eagerly), or None."""
-        return _cached_tensor(self, "_edge_data_tensor", self.edge_data)
+        return cached_tensor(self, "_edge_data_tensor", self.edge_data)
 
     def __repr__(self):
         return f"Chunk({self.src_part}, {self.dst_part}, num_edges={self.num_edges})"
@@ -232,11 +236,11 @@ class Partition:
 
     def order_tensor(self):
         """order as a cached int tensor: gathers user-ordered rows into interval order."""
-        return _cached_tensor(self, "_order", self.order)
+        return cached_tensor(self, "_order", self.order)
 
     def position_tensor(self):
         """position as a cached int tensor: gathers interval-ordered rows back into user order."""
-        return _cached_tensor(self, "_position", self.position)
+        return cached_tensor(self, "_position", self.position)
 
     def split(self, x):
         """Vertex rows in original order -> a list of per-interval row blocks."""

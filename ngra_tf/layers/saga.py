@@ -16,17 +16,18 @@ A layer is called on vertex features with the graph it runs over:
 
 from __future__ import annotations
 
-import contextlib
-
 import keras
 import tensorflow as tf
 
 from ngra_tf.compiler.edges import NO_EDGE_DATA
 from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
 from ngra_tf.graph.partition import Partition
+from ngra_tf.keras_compat import training_context
 from ngra_tf.ops import propagation
 from ngra_tf.ops.softmax import edge_softmax
-from ngra_tf.runtime.executor import Executor, MemorySource, Stage
+from ngra_tf.runtime.executor import Executor
+from ngra_tf.runtime.sources import MemorySource
+from ngra_tf.runtime.stages import Stage
 
 # Accumulators: how Gather combines a vertex's messages. "a|b" applies each
 # and concatenates the results along the last axis (our reading of NGra's
@@ -186,23 +187,10 @@ class SAGALayer(keras.layers.Layer):
         if key not in self._programs:
             if not self._probed:
                 self.compute_output_shape(tuple(inputs.shape))  # builds sublayers, eagerly
-            with self._training_context(training):
+            with training_context(self, training):
                 self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites)
         self.program = self._programs[key]
         return self.program
-
-    @contextlib.contextmanager
-    def _training_context(self, training):
-        """Sublayers traced by the compiler see `training` as inside layer(x, training=...), also when the
-        streaming runtime compiles the layer without calling it."""
-        context = self._get_call_context()
-        previous = context.get_value("training")
-        context.set_value("training", bool(training))
-        try:
-            yield
-        finally:
-            context.set_value("training", previous)
-            self._maybe_reset_call_context()
 
     def explain(self) -> str:
         """What the compiler made of this layer: typing, hoisting, fusion, narrowing."""

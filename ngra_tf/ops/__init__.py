@@ -1,5 +1,6 @@
 """Propagation and data-movement ops: compiled kernels with pure-TF fallbacks."""
 
+from ngra_tf.ops import gradients  # noqa: F401  (registers the ops' gradients)
 from ngra_tf.ops._loader import library, library_path
 from ngra_tf.ops.copy import copy_d2d, copy_d2h, copy_h2d, copy_stats
 from ngra_tf.ops.fileio import read_file, write_file

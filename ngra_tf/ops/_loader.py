@@ -29,9 +29,7 @@ def library():
             stacklevel=3,
         )
         return None
-    from ngra_tf.ops import gradients  # noqa: F401  Registers the gradients with the ops.
-
-    return module
+    return module  # ngra_tf.ops registers the gradients (ngra_tf.ops.gradients) when it is imported
 
 
 def library_path():

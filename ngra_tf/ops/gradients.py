@@ -1,4 +1,4 @@
-"""Registered gradients of the compiled ops (imported when the library loads).
+"""Registered gradients of the compiled ops (ngra_tf.ops imports this module).
 
 Each gradient is another kernel over the same index arrays (as in DGL): a
 sum gather's adjoint is a scatter over the same segments and vice versa; a

@@ -189,7 +189,7 @@ def gather(graph, edge_values, reduce="sum", init=None, return_argedge=False):
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph  # dst in the edge tensors' order
-        out, argedge = reference.gather(values, edges.dst, _num_dst(adjacency), reduce, init, return_argedge)
+        out, argedge = reference.gather(values, edges.dst, _num_dst(adjacency), reduce, init, return_argedge=True)
     else:
         ids = _user_ids(user_graph)
         out, argedge = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
@@ -261,7 +261,8 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     lib = library()
     if lib is None:
         out, argedge = reference.fused_gather(adjacency.src, adjacency.dst, _num_dst(adjacency), f.x_src, f.x_dst,
-                                              f.weight, f.types, program, reduce, f.init, return_argedge)
+                                              f.weight, f.types, program, reduce, f.init,
+                                              return_argedge=True)
     else:
         out, argedge = lib.ngra_fused_gather(
             f.x_src,

@@ -40,9 +40,11 @@ def scatter(x, ids):
 
 
 def gather(values, dst, num_dst, reduce, init=None, return_argedge=False):
-    """(result, argedge): argedge as the kernels give it (computed only when asked for; else None)."""
+    """The reduced rows; with return_argedge, (result, argedge) with argedge as the kernels give it."""
     result = segment_reduce(values, dst, num_dst, reduce, init)
-    return result, (argedges(values, dst, num_dst, reduce, result, init) if return_argedge else None)
+    if not return_argedge:
+        return result
+    return result, argedges(values, dst, num_dst, reduce, result, init)
 
 
 def argedges(values, dst, num_dst, reduce, result, init=None):

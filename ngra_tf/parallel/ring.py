@@ -112,7 +112,7 @@ class DeviceRing:
         return self.order[j % len(self.order)]
 
     def routes(self, part: int) -> tuple:
-        """The routes interval `part`'s rows take: [loader, next, ...] as TF device names (the streamer asks
+        """The routes interval `part`'s rows take: [loader, next, ...] as TF device names (the ring loops ask
         once per row step, so they are made once per interval)."""
         if part not in self._routes:
             self._routes[part] = tuple(tuple(self.device_of[leaf] for leaf in route)

@@ -3,7 +3,7 @@
 `PackedChunks` holds an in-memory partition's chunks as a handful of
 tensors: each index array of every chunk concatenated, with offsets, so a
 loop iteration slices chunk k out of them (no copy of the edges). The store
-reader (ngra_tf.runtime.store_reads) answers the same `chunk(k)` with ops
+reader (ngra_tf.store.reader.StoreReader) answers the same `chunk(k)` with ops
 that read chunk k's files when the iteration runs.
 """
 

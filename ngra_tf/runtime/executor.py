@@ -39,11 +39,11 @@ layer is anything with `compiled(rows, graph, rewrites, training)` and
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import shutil
 import tempfile
+import weakref
 
 import numpy as np
 import tensorflow as tf
@@ -54,116 +54,14 @@ from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.copy import copy_d2d, copy_h2d
 from ngra_tf.runtime import schedule as sched
 from ngra_tf.runtime.blocks import Blocks
-from ngra_tf.runtime.chunks import PackedChunks
 from ngra_tf.runtime.loops import PARALLEL_STEPS, Arrays, ChunkLoops, set_seeds
 from ngra_tf.runtime.ring_loops import RingLoops
-from ngra_tf.store.reader import StoreReader
+from ngra_tf.runtime.sources import CopiedChunks, on_lane
+from ngra_tf.runtime.stages import Stage, variable_of
 
 SPILL_POLICIES = ("recompute", "spill")
 HOST_TIERS = ("memory", "disk")
 TILE_BYTES = 4 * 2**20  # rows of input a per-vertex step takes at a time
-
-
-@dataclasses.dataclass
-class Stage:
-    """Per-vertex layers (the prologue) and the graph layer they feed (None after the last one)."""
-
-    prologue: list
-    graph_layer: object = None
-
-    @property
-    def layers(self):
-        return list(self.prologue) + ([self.graph_layer] if self.graph_layer is not None else [])
-
-    def weights(self):
-        seen, found = set(), []
-        for layer in self.layers:
-            for w in layer.trainable_variables:
-                if id(_variable(w)) not in seen:
-                    seen.add(id(_variable(w)))
-                    found.append(w)
-        return found
-
-    def seeds(self):
-        """The seed-generator states of its prologue's layers (dropout), as tf.Variables."""
-        return [_variable(v) for layer in self.prologue for v in layer.variables if "seed_generator_state" in v.path]
-
-    def prologue_of(self, x, training):
-        for layer in self.prologue:
-            x = layer(x, training=training)
-        return x
-
-
-def stages_of(layers, is_graph_layer) -> list:
-    """Layers as stages: each graph layer with the per-vertex layers before it, and a last stage of the
-    per-vertex layers after the last graph layer (if any)."""
-    stages, prologue = [], []
-    for layer in layers:
-        if is_graph_layer(layer):
-            stages.append(Stage(prologue, layer))
-            prologue = []
-        else:
-            prologue.append(layer)
-    if prologue:
-        stages.append(Stage(prologue))
-    return stages
-
-
-class MemorySource:
-    """An in-memory Partition: the model's input is a tensor, chunks are sliced from the packed partition."""
-
-    streamed = False
-
-    def __init__(self, partition):
-        self.partition, self.graph = partition, partition.graph
-        self._chunks = None
-
-    @property
-    def chunks(self):
-        if self._chunks is None:
-            self._chunks = PackedChunks(self.partition)
-        return self._chunks
-
-    def lane_chunks(self, ring, d):
-        """The chunks of the columns lane d owns, packed on its device (copied there once)."""
-        lanes = self.__dict__.setdefault("_lanes", {})
-        if d not in lanes:
-            P = self.partition.num_parts
-            lane = ring.order[d]
-            mine = [i * P + j for i in range(P) for j in range(P) if ring.owner(j) == lane]
-            lanes[d] = PackedChunks(self.partition, device=lane, chunks=mine)
-        return lanes[d]
-
-
-class StoreShapes:
-    """What SAGALayer.compiled reads of a graph, for a store."""
-
-    def __init__(self, store):
-        self.num_vertices = store.num_vertices
-        spec = store.edge_data_spec
-        self.stored_edge_data = None if spec is None else np.zeros((0,) + tuple(spec[0]), spec[1])
-
-
-class StoreSource:
-    """A chunk store: the model's input is vertex array `features`, read by interval; chunks read from files."""
-
-    streamed = True
-
-    def __init__(self, store, features="features"):
-        self.store, self.features = store, features
-        self.partition, self.graph = store.partition(), StoreShapes(store)
-        self._reader = None
-
-    @property
-    def chunks(self) -> StoreReader:
-        if self._reader is None:
-            self._reader = StoreReader(self.store, [self.features])
-        return self._reader
-
-    def input_spec(self, compute_dtype):
-        row_shape, dtype = self.store.vertex_spec(self.features)
-        dtype = tf.as_dtype(dtype)
-        return tuple(row_shape), compute_dtype if dtype.is_floating else dtype
 
 
 class Executor:
@@ -172,12 +70,13 @@ class Executor:
     From a store, `spill` says what backward reloads ("spill") or recomputes
     ("recompute"), `host` where the host tier lives ("memory", or "disk" in
     `spill_dir` or a temporary directory), `tile_bytes` how many input rows a
-    per-vertex step takes.
+    per-vertex step takes, `overlap` whether a loop's next step may start (its reads) while the current one
+    computes.
     """
 
     def __init__(self, stages, source, schedule: str = "ngra", rewrites=True, spill: str = "spill",
                  host: str = "memory", spill_dir=None, tile_bytes: int = TILE_BYTES, compute_dtype="float32",
-                 ring=None, selective: float = 0.0):
+                 ring=None, selective: float = 0.0, overlap: bool = True):
         if spill not in SPILL_POLICIES:
             raise ValueError(f"spill must be one of {', '.join(SPILL_POLICIES)}; got {spill!r}")
         if host not in HOST_TIERS:
@@ -189,6 +88,7 @@ class Executor:
         self.spill, self.host = spill, host
         self.spill_dir, self._owned_dir = spill_dir, None
         self.tile_bytes = int(tile_bytes)
+        self.parallel = PARALLEL_STEPS if overlap else 1
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.sizes = np.diff(np.asarray(self.partition.bounds, np.int64))
         self._compiled = {}  # (stage index, training, input spec) -> (LayerKernels, ChunkLoops)
@@ -213,8 +113,19 @@ class Executor:
             kernels = LayerKernels(program, layer.variables)
             kernels.check_chunkable(self.partition.num_parts)
             seeds = _seeds(kernels.edge_variables())
-            self._compiled[key] = (kernels, ChunkLoops(kernels, self.partition, self.schedule, seeds))
+            self._compiled[key] = (kernels, ChunkLoops(kernels, self.partition, self.schedule, seeds,
+                                                               parallel=self.parallel))
         return self._compiled[key]
+
+    def describe(self) -> list:
+        """Per compiled graph layer, its step lists: how many chunk steps each pass runs, in one loop."""
+        lines = []
+        for (index, training, _, _), (kernels, loops) in sorted(self._compiled.items(), key=lambda kv: kv[0][:2]):
+            if training:
+                lines.append(f"  {self.stages[index].name}: {loops.forward_steps.shape[0]} forward chunk steps and "
+                             f"{loops.backward_steps.shape[0]} backward ({self.schedule} order), each pass one "
+                             "compiled loop")
+        return lines
 
     def __call__(self, x, training=False):
         """The last stage's output for input rows x (the user's order; from a store, x is ignored and the
@@ -262,14 +173,16 @@ class Executor:
             if blocked:
                 h = self._input_rows(x) if streamed else x
                 for index, stage in enumerate(self.stages):
-                    h, record = self._stream_forward(index, stage, h, training)
+                    with tf.name_scope(stage.name):
+                        h, record = self._stream_forward(index, stage, h, training)
                     records.append(record)
                 with tf.device(self._host_device()):
                     output = self._to_users(h.blocks.concat(h.state) if streamed else self._whole(h))
             else:
                 h = x
                 for index, stage in enumerate(self.stages):
-                    h, record = self._forward(index, stage, h, training)
+                    with tf.name_scope(stage.name):
+                        h, record = self._forward(index, stage, h, training)
                     records.append(record)
                 output = h
 
@@ -278,16 +191,18 @@ class Executor:
                 if blocked:
                     d = self._stream_gradient(dy, records[-1])
                     for index in reversed(range(len(self.stages))):
-                        d = self._stream_backward(index, self.stages[index], records[index], d, grads, training)
+                        with tf.name_scope(f"{self.stages[index].name}/Backward"):
+                            d = self._stream_backward(index, self.stages[index], records[index], d, grads, training)
                     # a store's input only names its features; in memory, d x comes back in the user's order
                     d = None if streamed else self._to_users(self._whole(d))
                 else:
                     d = dy
                     for index in reversed(range(len(self.stages))):
-                        d = self._backward(self.stages[index], records[index], d, grads)
+                        with tf.name_scope(f"{self.stages[index].name}/Backward"):
+                            d = self._backward(self.stages[index], records[index], d, grads)
                 if variables is None:
                     return d
-                return d, [grads.get(id(_variable(v))) for v in variables]
+                return d, [grads.get(id(variable_of(v))) for v in variables]
 
             return output, grad
 
@@ -378,7 +293,7 @@ class Executor:
     def _host_device(self):
         return "/CPU:0" if self.ring is None else self.ring.host
 
-    def _rounds(self, items, body, states, parallel=PARALLEL_STEPS):
+    def _rounds(self, items, body, states):
         """body(d, item, states) -> states for each lane d's items (items[d], a list), round by round: lane d's
         r-th item in round r, lanes in order within a round, each under its device."""
         lanes = self.lanes
@@ -390,7 +305,7 @@ class Executor:
         def round_(r, states):
             for d, lane in enumerate(lanes):
                 item = table[d][r]
-                with _on(lane):
+                with on_lane(lane):
                     if len(items[d]) == width:
                         states = body(d, item, states)
                     else:
@@ -400,7 +315,7 @@ class Executor:
             return r + 1, states
 
         _, states = tf.while_loop(lambda r, _: r < width, round_, (tf.constant(0), states),
-                                  parallel_iterations=parallel)
+                                  parallel_iterations=self.parallel)
         return states
 
     def _tiles(self, inp):
@@ -508,7 +423,7 @@ class Executor:
         blocks, states = hoisted
         lane = self.lanes[d]
         if self.source.streamed or self.ring is None:
-            with _on(lane):
+            with on_lane(lane):
                 return {key: blocks[key].get(states[key], part) for key in keys}
         plan = self._ring_plan(kernels).plan
         holders = [self._holder(plan, d, i) for i in range(self.partition.num_parts)]
@@ -616,12 +531,14 @@ class Executor:
         in_loop = self.schedule == "ngra" or not self.source.streamed
 
         def finish(j, cols):
-            """At column j's last chunk: keep its A[j] (and winners, statistics), ApplyVertex, free its blocks."""
+            """At column j's last chunk: keep its A[j] (and winners, statistics), ApplyVertex (ngra, or in
+            memory), free its device blocks."""
             for name in live.blocks if kept is not None else ():
                 cols.put(f"kept:{name}", j, cols.get(name, j))
-            accumulated = [self._finish(cols.get(f"acc{r}", j), reduce, loops.degree, loops.bounds, j)
-                           for r, reduce in enumerate(kernels.reduces)]
-            cols.put("out", j, kernels.vertex(accumulated, rows.rows(kernels.vertex_keys, j)))
+            if in_loop:
+                accumulated = [self._finish(cols.get(f"acc{r}", j), reduce, loops.degree, loops.bounds, j)
+                               for r, reduce in enumerate(kernels.reduces)]
+                cols.put("out", j, kernels.vertex(accumulated, rows.rows(kernels.vertex_keys, j)))
             if self.source.streamed:
                 for name, blocks in live.blocks.items():
                     cols.put(name, j, tf.zeros([0] + list(blocks.row_shape), blocks.dtype))
@@ -631,7 +548,8 @@ class Executor:
         for name in kept.blocks if kept is not None else ():
             blocks[f"kept:{name}"], states[f"kept:{name}"] = kept.blocks[name], kept.states[name]
         columns = Arrays(blocks, states)
-        column_states, seeds = loops.forward(rows, self._lane_chunks(0), columns, finish if in_loop else None,
+        column_states, seeds = loops.forward(rows, self._lane_chunks(0), columns,
+                                             finish if in_loop or kept is not None else None,
                                              None if replay is None else replay[0],
                                              self._selector(hoisted, kernels) if replay is None else None)
         columns = columns.with_states(column_states)
@@ -754,13 +672,14 @@ class Executor:
     def _lane_loops(self, kernels, loops, columns):
         key = (id(kernels), tuple(columns))
         if key not in self._lane_loop_cache:
-            self._lane_loop_cache[key] = ChunkLoops(kernels, self.partition, self.schedule, loops.seeds, columns)
+            self._lane_loop_cache[key] = ChunkLoops(kernels, self.partition, self.schedule, loops.seeds, columns,
+                                                            parallel=self.parallel)
         return self._lane_loop_cache[key]
 
     def _lane_chunks(self, d):
         """Lane d's chunk source: the packed chunks of its columns on its device, or the store's (copied to it)."""
         if self.source.streamed:
-            return _CopiedChunks(self.source.chunks, self.lanes[d])
+            return CopiedChunks(self.source.chunks, self.lanes[d])
         return self.source.lane_chunks(self.ring, d)
 
     def _vertex_pass(self, kernels, loops, hoisted, finals, out, out_state, columns, kept=None, bases=None):
@@ -896,7 +815,7 @@ class Executor:
             blocks = {f"acc{r}": self._blocks(f"acc{r}", home, kernels.feature_shape, kernels.dtype,
                                               name=f"L{index}@{d}:dA{r}", device=lane)
                       for r in range(len(kernels.reduces))}
-            with _on(lane):
+            with on_lane(lane):
                 d_columns.append(Arrays(blocks, {name: _fresh(b) for name, b in blocks.items()}))
 
         seeds = _seeds(kernels.vertex_variables())
@@ -993,19 +912,18 @@ class Executor:
             os.makedirs(self.spill_dir, exist_ok=True)
             return os.fspath(self.spill_dir)
         if self._owned_dir is None:
+            # Traced functions name files in it, so it lives as long as the executor; close() empties it.
             self._owned_dir = tempfile.mkdtemp(prefix="ngra-spill-")
+            weakref.finalize(self, shutil.rmtree, self._owned_dir, True)
         return self._owned_dir
 
     def close(self):
-        """Removes the host tier's files (a disk host tier)."""
+        """Removes the host tier's files (a disk host tier); the next run writes them again."""
         directory = self.spill_dir if self.spill_dir is not None else self._owned_dir
         if directory is not None and os.path.isdir(directory):
             for name in os.listdir(directory):
                 if name.endswith(".bin"):
                     os.remove(os.path.join(directory, name))
-        if self._owned_dir is not None:
-            shutil.rmtree(self._owned_dir, ignore_errors=True)
-            self._owned_dir = None
 
     def _device_arrays(self, values: dict) -> Arrays:
         blocks = {name: Blocks(name, "device", self.sizes, value.shape[1:].as_list(), value.dtype)
@@ -1015,7 +933,7 @@ class Executor:
     def _zero_arrays(self, like: Arrays, names, home, device=None):
         blocks = {name: Blocks(name, home, self.sizes, like.blocks[name].row_shape, like.blocks[name].dtype,
                                device=device) for name in names}
-        with _on(device):
+        with on_lane(device):
             return Arrays(blocks, {name: b.filled(0) for name, b in blocks.items()})
 
     def _column_arrays(self, loops, home, filled, prefix=""):
@@ -1091,34 +1009,14 @@ class _HostRows:
         return self.executor._fetch(self.hoisted, self.kernels, self.d, part, keys)
 
 
-class _CopiedChunks:
-    """A store's chunks read on the host and copied to a lane (copy_h2d)."""
-
-    def __init__(self, reader, lane):
-        self.reader, self.lane = reader, lane
-        self.index_dtype = reader.index_dtype
-
-    def chunk(self, k):
-        loaded = self.reader.chunk(k)
-        with _on(self.lane):
-            tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
-            data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
-        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
-
-
 def _seeds(variables):
     """The seed-generator states among `variables` (the random ops' state: dropout)."""
     return [v for v in variables if "seed_generator_state" in v.name]
 
 
-def _on(lane):
-    """tf.device(lane), or nothing for the default lane (None)."""
-    return contextlib.nullcontext() if lane is None else tf.device(lane)
-
-
 def _fresh(blocks):
     """A state with nothing written yet (every block is put before it is read)."""
-    with _on(blocks.device if blocks.home == "device" else blocks.host):
+    with on_lane(blocks.device if blocks.home == "device" else blocks.host):
         return blocks.empty()
 
 
@@ -1149,12 +1047,6 @@ def _per_row(degree, like, bounds=None, j=None):
     return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
 
 
-def _variable(v):
-    """The tf.Variable behind a Keras variable (or the variable itself)."""
-    inner = getattr(v, "value", None)
-    return inner if isinstance(inner, tf.Variable) else v
-
-
 def _gradients(tape, targets, sources, output_gradients):
     result = tape.gradient(targets, sources, output_gradients=output_gradients)
     return [tf.zeros(tf.shape(s), s.dtype) if g is None else tf.convert_to_tensor(g) for s, g in zip(sources, result)]
@@ -1168,8 +1060,8 @@ def _tape_backward(tape, targets, x, weights, d_targets, grads):
 
 def _add(grads: dict, variables, values):
     for variable, value in zip(variables, values):
-        key = id(_variable(variable))
+        key = id(variable_of(variable))
         grads[key] = value if key not in grads else grads[key] + value
 
 
-__all__ = ["Executor", "MemorySource", "SPILL_POLICIES", "Stage", "StoreSource", "TILE_BYTES", "stages_of"]
+__all__ = ["Executor", "SPILL_POLICIES", "TILE_BYTES"]

@@ -70,8 +70,9 @@ class ChunkLoops:
     destination intervals (a device's, over several).
     """
 
-    def __init__(self, kernels, partition, schedule: str, seeds=(), columns=None):
+    def __init__(self, kernels, partition, schedule: str, seeds=(), columns=None, parallel: int = PARALLEL_STEPS):
         self.kernels = kernels
+        self.parallel = int(parallel)  # steps in flight: the next step's reads start while this one computes
         self.schedule = schedule
         self.num_parts = partition.num_parts
         self.bounds = np.asarray(partition.bounds, np.int64)
@@ -212,7 +213,7 @@ class ChunkLoops:
 
         _, column_states = tf.while_loop(
             lambda s, *_: s < len(self.forward_steps), lambda s, states: body(s, states, seeds)[:2],
-            (tf.constant(0), columns.states), parallel_iterations=PARALLEL_STEPS)
+            (tf.constant(0), columns.states), parallel_iterations=self.parallel, name="ForwardChunkSteps")
         self.seed_end(seeds)
         return column_states, seeds
 
@@ -295,7 +296,7 @@ class ChunkLoops:
 
         _, d_row_states, weights, _ = tf.while_loop(
             lambda s, *_: s < len(self.backward_steps), body, (tf.constant(0), d_rows.states, weights, total_states),
-            parallel_iterations=PARALLEL_STEPS)
+            parallel_iterations=self.parallel, name="BackwardChunkSteps")
         self.seed_end(seeds)
         return d_row_states, weights
 

@@ -27,7 +27,7 @@ import tensorflow as tf
 from ngra_tf.ops.copy import copy_d2d
 from ngra_tf.runtime import schedule as sched
 from ngra_tf.runtime.blocks import Blocks
-from ngra_tf.runtime.loops import PARALLEL_STEPS, Arrays
+from ngra_tf.runtime.loops import Arrays
 
 NONE, LOAD, FORWARD = 0, 1, 2
 # Columns of a lane's chunk table.
@@ -157,7 +157,8 @@ class RingLoops:
 
         states = tuple(c.states for c in columns)
         _, states = tf.while_loop(lambda i, *_: i < self.num_parts, lambda i, states: row(i, states, seeds)[:2],
-                                  (tf.constant(0), states), parallel_iterations=PARALLEL_STEPS)
+                                  (tf.constant(0), states), parallel_iterations=loops.parallel,
+                                  name="ForwardChunkRows")
         loops.seed_end(seeds)
         return list(states), seeds
 
@@ -197,7 +198,7 @@ class RingLoops:
         if k.dest_keys:  # a column's destination rows arrive with its first chunk
             states = self._dst_on_first(d, i, table, offsets, columns, states, dst_rows)
         _, states = tf.while_loop(lambda s, *_: s < offsets[i + 1], lambda s, states: step(s, states, seeds)[:2],
-                                  (offsets[i], states))
+                                  (offsets[i], states), name=f"Lane{d}ChunkSteps")
         return states, seeds
 
     def _dst_on_first(self, d, i, table, offsets, columns, states, dst_rows):
@@ -254,7 +255,7 @@ class RingLoops:
         dst_states = tuple(arrays.states for arrays in dst_grads)
         _, d_row_states, dst_states, weights = tf.while_loop(
             lambda i, *_: i < self.num_parts, row, (tf.constant(0), d_rows.states, dst_states, weights),
-            parallel_iterations=PARALLEL_STEPS)
+            parallel_iterations=self.loops.parallel, name="BackwardChunkRows")
         out = d_rows.with_states(d_row_states)
         for d in range(len(plan.lanes)):  # d destination rows, each column's from its owner
             lane_dst = dst_grads[d].with_states(dst_states[d])
@@ -298,7 +299,8 @@ class RingLoops:
             return s + 1, d_src, lane_dst.states, [a + b for a, b in zip(weights, dw)]
 
         _, d_src, dst_state, weights = tf.while_loop(lambda s, *_: s < offsets[i + 1], step,
-                                                     (offsets[i], d_src, dst_state, weights))
+                                                     (offsets[i], d_src, dst_state, weights),
+                                                     name=f"Lane{d}BackwardChunkSteps")
         return d_src, dst_state, weights
 
 

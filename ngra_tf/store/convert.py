@@ -38,7 +38,7 @@ from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candida
                                      chunk_from_edges, count_chunk_edges)
 from ngra_tf.store import integrity, memory, store
 from ngra_tf.store.prepare import PREPARATIONS, SymmetrizedEdges
-from ngra_tf.store.sources import EdgeSource, RowSource, Work
+from ngra_tf.store.sources import ArrayRows, EdgeSource, GraphEdges, RowSource, Work
 
 # Without a budget (num_parts given), blocks are sized for this much memory.
 DEFAULT_BUDGET = 1 << 30
@@ -348,3 +348,19 @@ class _Conversion:
                                        f"{location.dtype}{list(location.shape)}")
             self.module.write_arrays(integrity.temporary_path(final), {key: arrays[key] for key in keyed})
             self._commit(final, relative, keyed)
+
+
+def write_store(directory, graph, num_parts: int, vertex_data: dict | None = None, format: str = "npy",
+                reencode: bool = True, progress=None, overwrite: bool = False) -> store.Store:
+    """Writes graph.partition(num_parts, reencode) and per-vertex arrays as a store; returns it opened.
+
+    vertex_data maps names to arrays with one row per vertex in the user's
+    order ([V, ...]: features, labels, boolean masks); they are stored in
+    interval order. format is "npy" or "hdf5". progress(stage, done, total)
+    is called as the conversion advances. A directory that is not empty is
+    refused unless overwrite=True (its contents are then replaced).
+    """
+    rows = {name: ArrayRows(name, array) for name, array in (vertex_data or {}).items()}
+    return convert(directory, GraphEdges(graph), rows, num_parts=num_parts, format=format,
+                           reencode=reencode, progress=progress, overwrite=overwrite,
+                           source={"kind": "in-memory Graph", "graph": repr(graph)})

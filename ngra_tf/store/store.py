@@ -31,7 +31,7 @@ import numpy as np
 import tensorflow as tf
 
 from ngra_tf.graph.adjacency import Adjacency
-from ngra_tf.graph.graph import _cached_tensor
+from ngra_tf.graph.adjacency import cached_tensor
 from ngra_tf.graph.partition import Chunk
 from ngra_tf.store import hdf5 as store_hdf5, integrity, memory, npy as store_npy
 
@@ -428,11 +428,11 @@ class StorePartition:
 
     def order_tensor(self):
         """order as a cached int tensor: gathers user-ordered rows into interval order."""
-        return _cached_tensor(self, "_order", self.order)
+        return cached_tensor(self, "_order", self.order)
 
     def position_tensor(self):
         """position as a cached int tensor: gathers interval-ordered rows back into user order."""
-        return _cached_tensor(self, "_position", self.position)
+        return cached_tensor(self, "_position", self.position)
 
     def balance(self) -> dict:
         imbalance = self.store.manifest["imbalance"]
@@ -517,19 +517,3 @@ def validate_manifest(manifest, path) -> None:
                                  f"store's header implies {array_entry(location.shape, location.dtype)}")
 
 
-def write_store(directory, graph, num_parts: int, vertex_data: dict | None = None, format: str = "npy",
-                reencode: bool = True, progress=None, overwrite: bool = False) -> Store:
-    """Writes graph.partition(num_parts, reencode) and per-vertex arrays as a store; returns it opened.
-
-    vertex_data maps names to arrays with one row per vertex in the user's
-    order ([V, ...]: features, labels, boolean masks); they are stored in
-    interval order. format is "npy" or "hdf5". progress(stage, done, total)
-    is called as the conversion advances. A directory that is not empty is
-    refused unless overwrite=True (its contents are then replaced).
-    """
-    from ngra_tf.store import convert, sources  # noqa: PLC0415  (convert builds on this module)
-
-    rows = {name: sources.ArrayRows(name, array) for name, array in (vertex_data or {}).items()}
-    return convert.convert(directory, sources.GraphEdges(graph), rows, num_parts=num_parts, format=format,
-                           reencode=reencode, progress=progress, overwrite=overwrite,
-                           source={"kind": "in-memory Graph", "graph": repr(graph)})

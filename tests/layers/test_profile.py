@@ -7,6 +7,7 @@ scopes become part of the graph's node names, and the profiler names each op
 event after its node ("StatefulPartitionedCall/gcn_1/gcn_1/Gather/NgraGather:NgraGather").
 """
 
+import collections
 import subprocess
 import sys
 
@@ -17,24 +18,33 @@ import layer_checks as lc
 STAGES = ("Scatter", "ApplyEdge", "Gather", "ApplyVertex")
 
 
-def event_names(path):
-    """Names of the events recorded in an .xplane.pb (op events only, not metadata left unused)."""
+def events(path):
+    """{name: count} of the events recorded in an .xplane.pb (op events only, not metadata left unused);
+    None without a parser."""
     try:
         from tensorflow.tsl.profiler.protobuf import xplane_pb2  # noqa: PLC0415
-    except ImportError:  # no parser: search the raw bytes instead
-        text = path.read_bytes().decode("latin-1")
-        return {stage for stage in STAGES if f"/{stage}/" in text}, None
+    except ImportError:
+        return None
     space = xplane_pb2.XSpace()
     space.ParseFromString(path.read_bytes())
-    names = set()
+    counts = collections.Counter()
     for plane in space.planes:
         for line in plane.lines:
             for event in line.events:
-                names.add(plane.event_metadata[event.metadata_id].name)
-    return None, names
+                counts[plane.event_metadata[event.metadata_id].name] += 1
+    return counts
 
 
-def profile(tmp_path, *args):
+def event_names(path):
+    """(stages found by a raw byte search, None) without a parser, else (None, event names)."""
+    counts = events(path)
+    if counts is None:
+        text = path.read_bytes().decode("latin-1")
+        return {stage for stage in STAGES if f"/{stage}/" in text}, None
+    return None, set(counts)
+
+
+def trace(tmp_path, *args):
     done = subprocess.run([sys.executable, str(lc.ROOT / "examples" / "train.py"), "--dataset=cora", "--epochs=6",
                            f"--profile_dir={tmp_path}", *args],
                           capture_output=True, text=True, timeout=180, env=lc.subprocess_env(), cwd=lc.ROOT)
@@ -42,7 +52,15 @@ def profile(tmp_path, *args):
     assert "test accuracy" in done.stdout and f"profile written under {tmp_path}" in done.stdout
     traces = sorted(tmp_path.glob("**/*.xplane.pb"))
     assert traces, sorted(str(p) for p in tmp_path.rglob("*"))
-    return event_names(traces[0])
+    return traces[0]
+
+
+def profile(tmp_path, *args):
+    return event_names(trace(tmp_path, *args))
+
+
+def profile_events(tmp_path, *args):
+    return events(trace(tmp_path, *args))
 
 
 def test_profile_trace_has_the_stage_names(tmp_path):
@@ -63,14 +81,20 @@ def test_profile_trace_has_the_stage_names(tmp_path):
 
 
 def test_profile_trace_shows_chunks_and_fused_gathers(tmp_path):
-    """GCN fuses: each chunk step C{i}_{j} is one fused gather; ApplyVertex per interval V{j}."""
-    _, names = profile(tmp_path, "--model=gcn", "--chunks=2")
-    if names is None:
+    """GCN fuses: a layer's chunk steps are the iterations of one loop (ForwardChunkSteps, and
+    BackwardChunkSteps in its Backward scope), each step one fused gather, P x P of them per pass."""
+    counts = profile_events(tmp_path, "--model=gcn", "--chunks=2")
+    if counts is None:
         pytest.skip("no xplane parser in this TensorFlow")
-    for i in range(2):
-        for j in range(2):
-            assert any(f"/C{i}_{j}/FusedGather/NgraFusedGather" in name for name in names), (i, j)
-        assert any(f"/V{i}/ApplyVertex/" in name for name in names), i
+    for layer in ("gcn", "gcn_1"):
+        forward = sum(n for name, n in counts.items()
+                      if f"/{layer}/ForwardChunkSteps/" in name and name.endswith("FusedGather/NgraFusedGather"
+                                                                                 ":NgraFusedGather"))
+        backward = sum(n for name, n in counts.items()
+                       if f"/{layer}/Backward/BackwardChunkSteps/" in name and name.endswith(":NgraFusedGatherGrad"))
+        assert forward and forward % 4 == 0, (layer, forward)
+        assert backward and backward % 4 == 0, (layer, backward)
+        assert any(f"/{layer}/ApplyVertex/" in name for name in counts), layer
 
 
 def test_trace_summary_reads_the_profile(tmp_path):
@@ -93,3 +117,14 @@ def test_trace_summary_names_a_bad_logdir(tmp_path):
     done = subprocess.run([sys.executable, str(lc.ROOT / "tools" / "trace_summary.py"), f"--logdir={tmp_path}"],
                           capture_output=True, text=True, timeout=120, env=lc.subprocess_env(), cwd=lc.ROOT)
     assert done.returncode != 0 and f"no .xplane.pb under {tmp_path}" in done.stderr
+
+
+def test_trace_summary_folds_loop_bodies_into_their_loop():
+    sys.path.insert(0, str(lc.ROOT / "tools"))
+    import trace_summary  # noqa: PLC0415  (tools/ is not a package)
+
+    body = "Call/m/gcn/ForwardChunkSteps/body/_39/m/gcn/ForwardChunkSteps/FusedGather/NgraFusedGather:NgraFusedGather"
+    assert trace_summary.event_name(body) == "Call/m/gcn/ForwardChunkSteps/FusedGather/NgraFusedGather:NgraFusedGather"
+    nested = "Call/Rows/body/_3/Rows/Lane0/body/_8/Rows/Lane0/op:Op"
+    assert trace_summary.event_name(nested) == "Call/Rows/Lane0/op:Op"
+    assert trace_summary.event_name("Call/m/ApplyVertex/Relu:Relu") == "Call/m/ApplyVertex/Relu:Relu"
