@@ -172,7 +172,7 @@ def load_store(path):
                              f"{', '.join(store.vertex_names) or 'no vertex arrays'})")
     prepared = store.manifest.get("source", {}).get("edges", {}).get("kind", "")
     if FLAGS.model == "gcn" and (store.edge_data_spec is None or "gcn" not in prepared):
-        raise app.UsageError(f"--store: gcn needs a store prepared for it (edge weights): convert with --prepare=gcn")
+        raise app.UsageError("--store: gcn needs a store prepared for it (edge weights): convert with --prepare=gcn")
     masks = tuple(store.array(name) for name in ("train_mask", "val_mask", "test_mask"))
     return Inputs(store, store.array("features"), store.array("labels"), masks, store.num_classes(), path)
 

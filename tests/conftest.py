@@ -34,9 +34,22 @@ THINNED = {
     "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
     "tests/runtime/test_stream.py::test_dropout_draws_are_replayed_in_backward": {"gat"},
     "tests/layers/test_training.py::test_example_on_cora": {"ggnn"},
+    "tests/graph/test_propagation_invariant.py::test_chunks_reassemble_the_whole_graph": {
+        "power_law-5", "isolated-3", "uniform-2", "tiny-1"},
+    "tests/compiler/test_compiler_invariance.py::test_identity_order_partition_matches": {"gcn", "gat"},
     "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"gat-2", "ggnn-1"},
 }
 SLOW = {
+    "tests/compiler/test_compiler_rewrites.py::test_compiled_layers_train_inside_keras_fit",
+    "tests/runtime/test_stream.py::test_callbacks_and_save_load_refer_to_the_store",
+    "tests/runtime/test_stream_ring.py::test_source_rows_cross_from_the_host_once_per_route",
+    "tests/runtime/test_stream_ring.py::test_the_budget_is_per_device",
+    "tests/graph/test_graph_properties.py::test_views_and_partition_invariants",
+    "tests/tools/test_bench_models.py::test_cora",
+    "tests/tools/test_bench_kernels.py::test_smallest_case_table_and_plot",
+    "tests/parallel/test_cluster.py::test_bad_cluster_flags",
+    "tests/ops/test_cuda_harness.py::test_emulated",
+    "tests/layers/test_profile.py::test_profile_trace_has_the_stage_names",
     "tests/runtime/test_stream.py::test_spill_and_recompute_give_the_same_result",
     "tests/layers/test_profile.py::test_trace_summary_reads_the_profile",
     "tests/parallel/test_ring.py::test_every_placement_trains_every_model_alike",
@@ -77,7 +90,8 @@ def _forget_custom_gradients():
     registry = tf_ops._gradient_registry._registry
     before = set(registry)
     yield
-    for name in set(registry) - before:
-        if name.startswith("CustomGradient-"):
-            del registry[name]
-    gc.collect()
+    added = [name for name in set(registry) - before if name.startswith("CustomGradient-")]
+    for name in added:
+        del registry[name]
+    if added:  # the graphs they held are cycles: collect them now (only then: a collection costs ~0.1 s)
+        gc.collect()
