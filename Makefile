@@ -9,6 +9,8 @@ STAMP := $(VENV)/.installed
 OPS_LIB := ngra_tf/ops/_ngra_ops.so
 OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
+# Test processes (pytest-xdist; each test file runs whole in one of them): one per core of the CI machine.
+TEST_WORKERS ?= 2
 
 .PHONY: example test test-slow bench bazel test-bazel ops clean
 
@@ -18,12 +20,12 @@ example: $(OPS_LIB)
 	$(PY) examples/train.py --model=gcn --dataset=cora --verbose=0
 
 test: $(OPS_LIB)
-	$(PY) -m pytest tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
-# The long runs: README commands that train for minutes or install into a
-# fresh clone (tests marked slow).
+# The rest: the full matrices behind make test's representatives, fuzzers, the
+# README's long blocks and a fresh-clone install (tests marked slow; tests/conftest.py).
 test-slow: $(OPS_LIB)
-	$(PY) -m pytest -m slow tests
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m slow tests
 
 bench: $(OPS_LIB)
 	$(PY) tools/bench_kernels.py
