@@ -48,7 +48,10 @@ SLOW = {
     "tests/tools/test_bench_models.py::test_cora",
     "tests/tools/test_bench_kernels.py::test_smallest_case_table_and_plot",
     "tests/parallel/test_cluster.py::test_bad_cluster_flags",
+    # the harness fixture compiles every CUDA source (minutes on a fresh clone); `make cuda-check` runs it too
     "tests/ops/test_cuda_harness.py::test_emulated",
+    "tests/ops/test_cuda_harness.py::test_gpu",
+    "tests/ops/test_cuda_harness.py::test_bad_usage_is_refused",
     "tests/layers/test_profile.py::test_profile_trace_has_the_stage_names",
     "tests/runtime/test_stream.py::test_spill_and_recompute_give_the_same_result",
     "tests/layers/test_profile.py::test_trace_summary_reads_the_profile",

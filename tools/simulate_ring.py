@@ -39,11 +39,11 @@ for t0 <= c <= 2 t0: Fig. 16's non-ring 1.06x gives c = 1.06 t0
 on links of its own, a tile costs max(t0, c) again, so the speedup is 2x
 less pipeline fill and drain: P = 16 gives 1.98x (Fig. 16: 1.93x; P = 8
 would give 1.92x but also 3.3x at 4 GPUs, short of the paper's near-linear).
-To calibrate from a run: c is a tile's compute time (tools/bench_streaming.py:
-NG-serial's compute seconds, its epoch minus its read seconds, over the tiles
-it ran; or one fused tile op's time in a GPU profile) and t0 is the chunk
-bytes over the measured host-to-device bandwidth (the read seconds over the
-chunks read); pass --compute_ms=c and --chunk_mb, or --compute_ratio=c/t0.
+To calibrate from a run: c is a tile's compute time (one fused tile op's time
+in a profile: tools/trace_summary.py sums NgraFusedGather per step) and t0 is
+the chunk bytes over the measured host-to-device bandwidth (the copy_h2d
+events of the same profile, or tools/bench_streaming.py's bytes per epoch
+over its time); pass --compute_ms=c and --chunk_mb, or --compute_ratio=c/t0.
 """
 
 from __future__ import annotations
