@@ -138,7 +138,6 @@ class ChunkLoops:
         reached = tf.constant(self.degree > 0)
         bounds = tf.constant(self.bounds)
         num_markers = len(k.markers)
-        empty = tf.zeros([0] + list(k.feature_shape), k.dtype)
         seeds = self.seed_bases() if replay is None else replay
 
         def body(s, column_states, seeds):
@@ -159,27 +158,8 @@ class ChunkLoops:
             def messages():
                 cols = columns.with_states(column_states)
                 stats = stats_of(cols)
-                inits = []
-                for r, reduce in enumerate(k.chain_reduces):
-                    first = empty
-                    if reduce in ("max", "min"):
-                        first = tf.cond(start > 0,
-                                        lambda r=r: self._start(k.chain_reduces[r], column_reached, k.feature_shape,
-                                                                k.dtype),
-                                        lambda: empty)
-                    inits.append(tf.cond(fresh > 0, lambda first=first: first,
-                                         lambda r=r: cols.get(f"acc{r}", j)))
-                results = k.chunk_forward(chunk, src, dst, inits, stats or None)
-                for r, (value, argedge) in enumerate(results):
-                    cols.put(f"acc{r}", j, value)
-                    if f"won{r}" in cols.blocks:
-                        won = argedge >= 0
-                        before_won = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int32),
-                                             lambda r=r: cols.get(f"won{r}", j))
-                        before_edge = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int64),
-                                              lambda r=r: cols.get(f"edge{r}", j))
-                        cols.put(f"won{r}", j, tf.where(won, tf.fill(tf.shape(argedge), i), before_won))
-                        cols.put(f"edge{r}", j, tf.where(won, tf.cast(argedge, tf.int64), before_edge))
+                inits = self.chain_inits(cols, j, fresh, start, column_reached)
+                self.accumulate(cols, k.chunk_forward(chunk, src, dst, inits, stats or None), i, j, fresh)
                 if finish is not None:
                     before = dict(cols.states)
                     return tf.cond(last, lambda: finish(j, cols.with_states(before)).states, lambda: before)
@@ -216,6 +196,34 @@ class ChunkLoops:
             (tf.constant(0), columns.states), parallel_iterations=self.parallel, name="ForwardChunkSteps")
         self.seed_end(seeds)
         return column_states, seeds
+
+    def chain_inits(self, cols, j, fresh, start, column_reached):
+        """What a chunk step of column j reduces into, per chained reducer: nothing at the column's first step
+        (max / min: the start value where the column is reached, if `start`), else A[j] so far."""
+        k = self.kernels
+        empty = tf.zeros([0] + list(k.feature_shape), k.dtype)
+        inits = []
+        for r, reduce in enumerate(k.chain_reduces):
+            first = empty
+            if reduce in ("max", "min"):
+                first = tf.cond(start > 0, lambda r=r: self._start(k.chain_reduces[r], column_reached,
+                                                                   k.feature_shape, k.dtype), lambda: empty)
+            inits.append(tf.cond(fresh > 0, lambda first=first: first, lambda r=r: cols.get(f"acc{r}", j)))
+        return inits
+
+    def accumulate(self, cols, results, i, j, fresh):
+        """Puts a chunk step's results into column j's arrays: A[j], and for max / min which row interval i
+        and edge won each element (kept where this chunk did not win)."""
+        for r, (value, argedge) in enumerate(results):
+            cols.put(f"acc{r}", j, value)
+            if f"won{r}" in cols.blocks:
+                won = argedge >= 0
+                before_won = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int32),
+                                     lambda r=r: cols.get(f"won{r}", j))
+                before_edge = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int64),
+                                      lambda r=r: cols.get(f"edge{r}", j))
+                cols.put(f"won{r}", j, tf.where(won, tf.fill(tf.shape(argedge), i), before_won))
+                cols.put(f"edge{r}", j, tf.where(won, tf.cast(argedge, tf.int64), before_edge))
 
     def _is_last(self, s, table):
         """Whether step s is its column's last (the next step is another column's, or there is none)."""

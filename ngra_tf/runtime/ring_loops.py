@@ -141,7 +141,6 @@ class RingLoops:
         offsets = [tf.constant(o, tf.int32) for o in plan.offsets]
         reached = tf.constant(loops.degree > 0)
         bounds = tf.constant(loops.bounds)
-        empty = tf.zeros([0] + list(k.feature_shape), k.dtype)
         seeds = loops.seed_bases() if replay is None else replay
 
         def row(i, states, seeds):
@@ -151,7 +150,7 @@ class RingLoops:
                 with tf.device(lane):
                     new_states, seeds = self._lane_forward(d, i, arrived[d], tables[d], offsets[d], columns[d],
                                                            states[d], chunks[d], dst_rows, finish, reached, bounds,
-                                                           empty, seeds, replay)
+                                                           seeds, replay)
                 new.append(new_states)
             return i + 1, tuple(new), seeds
 
@@ -163,7 +162,7 @@ class RingLoops:
         return list(states), seeds
 
     def _lane_forward(self, d, i, src, table, offsets, columns, states, chunks, dst_rows, finish, reached, bounds,
-                      empty, seeds, replay):
+                      seeds, replay):
         k, loops = self.kernels, self.loops
 
         def step(s, states, seeds):
@@ -173,24 +172,8 @@ class RingLoops:
             cols = columns.with_states(states)
             dst = cols.rows([f"dst:{key}" for key in k.dest_keys], j) if k.dest_keys else {}
             dst = {key[4:]: value for key, value in dst.items()}
-            inits = []
-            for r, reduce in enumerate(k.chain_reduces):
-                first = empty
-                if reduce in ("max", "min"):
-                    first = tf.cond(start > 0, lambda r=r: loops._start(k.chain_reduces[r], bounds_slice(reached,
-                                    bounds, j), k.feature_shape, k.dtype), lambda: empty)
-                inits.append(tf.cond(fresh > 0, lambda first=first: first, lambda r=r: cols.get(f"acc{r}", j)))
-            results = k.chunk_forward(chunks.chunk(c), src, dst, inits)
-            for r, (value, argedge) in enumerate(results):
-                cols.put(f"acc{r}", j, value)
-                if f"won{r}" in cols.blocks:
-                    won = argedge >= 0
-                    before_won = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int32),
-                                         lambda r=r: cols.get(f"won{r}", j))
-                    before_edge = tf.cond(fresh > 0, lambda: -tf.ones_like(argedge, tf.int64),
-                                          lambda r=r: cols.get(f"edge{r}", j))
-                    cols.put(f"won{r}", j, tf.where(won, tf.fill(tf.shape(argedge), i), before_won))
-                    cols.put(f"edge{r}", j, tf.where(won, tf.cast(argedge, tf.int64), before_edge))
+            inits = loops.chain_inits(cols, j, fresh, start, bounds_slice(reached, bounds, j))
+            loops.accumulate(cols, k.chunk_forward(chunks.chunk(c), src, dst, inits), i, j, fresh)
             before = dict(cols.states)
             states = tf.cond(last > 0, lambda: finish(d, j, cols.with_states(before)).states, lambda: before)
             return s + 1, states, seeds
