@@ -2,7 +2,7 @@
 
     python examples/train.py --model=gcn --dataset=cora --epochs=200 --hidden=16 --lr=0.01
 
-Models: gcn, commnet, mpgcn, ggcn, ggnn, gat (ngra_tf.recipes). Datasets: cora
+Models: gcn, commnet, mpgcn, ggcn, ggnn, gat, sage, gin, appnp, resgcn, jknet (ngra_tf.recipes). Datasets: cora
 (the Planetoid split shipped with ngra_tf) or a synthetic preset shaped like NGra's
 Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
 labels. --profile_dir writes a TensorBoard profile of a few training steps;
@@ -196,7 +196,8 @@ def train_once(inputs, seed):
         options.update(chunks=FLAGS.chunks if FLAGS["chunks"].present else None, memory_budget=FLAGS.memory_budget,
                        spill=FLAGS.spill, overlap=FLAGS.overlap, spill_dir=FLAGS.spill_dir,
                        selective=FLAGS.selective)
-    model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe, **options)
+    model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe,
+                                num_features=inputs.features.shape[-1], **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features, labels = inputs.features, inputs.labels

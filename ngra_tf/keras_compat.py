@@ -1,15 +1,23 @@
-"""The one Keras internal ngra-tf relies on, kept here with a test (tests/layers/test_keras_compat.py).
+"""The Keras internals ngra-tf relies on, kept here with a test (tests/layers/test_keras_compat.py).
 
 The compiler traces a layer's sublayers outside Keras's own `layer(x,
 training=...)` call (the executor compiles a layer's kernels before any
 call, e.g. for a store), yet sublayers such as Dropout must see `training`
 as if inside that call. Keras 3 has no public way to set the call context,
 so this uses Layer._get_call_context / _maybe_reset_call_context.
+
+GraphModel cuts a functional model at its graph layers, so it needs each
+layer's call *in that model*: the tensors it read and made. The public
+`layer.input` / `layer.output` give a layer's first call anywhere, which is
+another model's when a layer is shared; `functional_calls` reads the model's
+own nodes instead (Functional._nodes, Operation._inbound_nodes).
 """
 
 from __future__ import annotations
 
 import contextlib
+
+import keras
 
 
 @contextlib.contextmanager
@@ -25,4 +33,19 @@ def training_context(layer, training: bool):
         layer._maybe_reset_call_context()
 
 
-__all__ = ["training_context"]
+def functional_calls(network) -> list:
+    """[(layer, input tensors (a flat list), output tensors (a list))] of every call in the functional model
+    `network`, in an order that runs (input layers left out)."""
+    own = network._nodes
+    calls = []
+    for op in network.operations:
+        if isinstance(op, keras.layers.InputLayer):
+            continue
+        for index, node in enumerate(op._inbound_nodes):
+            if f"{id(op)}_ib-{index}" in own:  # (keras.src.ops.function.make_node_key)
+                calls.append((op, list(keras.tree.flatten(node.input_tensors)),
+                              list(keras.tree.flatten(node.output_tensors))))
+    return calls
+
+
+__all__ = ["functional_calls", "training_context"]

@@ -1,18 +1,26 @@
 """GraphModel: a Keras model over one fixed graph, trained full-graph.
 
-    model = ngra_tf.GraphModel(graph, [GCN(16, activation="relu"), keras.layers.Dropout(0.5), GCN(7)],
+    x = keras.Input(shape=(1433,))
+    h = GCN(16, activation="relu")(x)
+    y = GCN(7)(keras.layers.Add()([keras.layers.Dropout(0.5)(h), keras.layers.Dense(16)(x)]))
+    model = ngra_tf.GraphModel(graph, keras.Model(x, y),
                                chunks=4)  # optional: 4 x 4 edge chunks, NGra's schedule, all rewrites
     model.compile(optimizer="adam", loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
     model.fit(features, labels, sample_weight=train_mask, epochs=200,
               validation_data=(features, labels, val_mask))
+
+The model is a Keras functional model (one input, the vertex features; one
+output, a row per vertex) of SAGA layers and per-vertex layers, wired any
+way the functional API allows, or a list of layers applied in turn (the
+sequential case).
 
 Row i of features, labels and masks is vertex i. Every fit/evaluate/predict
 step sees the whole graph as one batch (nothing is sliced or shuffled),
 because a graph layer needs all of a vertex's neighbours; a tf.data.Dataset
 whose elements are such whole-graph batches is accepted too. The mask is the
 sample weight: vertices outside it do not count.
-SAGA layers get the graph; other Keras layers (Dropout, Dense, ...) act per
-vertex. The graph is saved with the model (as a Keras asset), so
+SAGA layers get the graph; other Keras layers (Dropout, Dense, Add, ...) act
+per vertex. The graph is saved with the model (as a Keras asset), so
 `keras.models.load_model` gives back a working model.
 
 In place of a Graph, a model may take a chunk store (ngra_tf.store.open_store):
@@ -56,7 +64,7 @@ from ngra_tf.runtime import budget
 from ngra_tf.store import integrity, memory
 from ngra_tf.runtime.executor import SPILL_POLICIES, Executor
 from ngra_tf.runtime.sources import MemorySource, StoreSource
-from ngra_tf.runtime.stages import stages_of
+from ngra_tf.runtime.stages import sequential_network, stages_of
 from ngra_tf.runtime.schedule import check_schedule
 from ngra_tf.store.store import Store, VertexArray, open_store
 
@@ -76,7 +84,7 @@ def masked_loss(from_logits: bool = True):
 
 @keras.saving.register_keras_serializable(package="ngra_tf")
 class GraphModel(keras.Model):
-    """A stack of layers over `graph`; SAGA layers propagate, others act per vertex."""
+    """A model of layers over `graph`; SAGA layers propagate, others act per vertex."""
 
     def __init__(self, graph: Graph | Store | None, layers, chunks: int | None = None, schedule: str = "ngra",
                  rewrites=True, memory_budget=None, spill: str = "spill", overlap: bool = True,
@@ -109,9 +117,19 @@ class GraphModel(keras.Model):
         self.selective = float(selective or 0.0)
         self.graph = None if store is not None else graph
         self.store = store
-        self.graph_layers = list(layers)
-        if not self.graph_layers:
-            raise ValueError("a GraphModel needs at least one layer")
+        self.network, self.graph_layers = None, None
+        if isinstance(layers, keras.Model):
+            if isinstance(layers, GraphModel) or getattr(layers, "inputs", None) is None:
+                raise TypeError(f"the model of a GraphModel is a Keras functional model (keras.Model(inputs, "
+                                f"outputs)) or a list of layers; got {type(layers).__name__} {layers.name}, "
+                                "which has no functional graph")
+            self.network = layers
+            self._stages_of(layers)  # a model that cannot run fails now, naming the layer
+        else:
+            self.graph_layers = list(layers)
+            if not self.graph_layers:
+                raise ValueError("a GraphModel needs at least one layer")
+        self._chain = None  # graph_layers as a functional model (made by build, once the input shape is known)
         self._pending_input_shape = None
         self._executor = None
         self._host_tier_depth = 0  # nested fit / evaluate / predict calls (see _host_tier)
@@ -146,7 +164,7 @@ class GraphModel(keras.Model):
         """The executor of this model's stages over its graph or store (made once; a store-backed model's
         plan is checked against its memory budget first)."""
         if self._executor is None:
-            stages = stages_of(self.graph_layers, lambda layer: isinstance(layer, SAGALayer))
+            stages = self._stages_of(self._network())
             if self.store is None:
                 self._executor = Executor(stages, MemorySource(self.partition), self.schedule, self.rewrites,
                                           compute_dtype=self.compute_dtype, ring=self.ring)
@@ -187,7 +205,7 @@ class GraphModel(keras.Model):
             lines += self.executor().describe()
         if self.ring is not None:
             lines.append(self.ring.describe(p.num_parts))
-        lines += [layer.explain() for layer in self.graph_layers if isinstance(layer, SAGALayer)]
+        lines += [stage.graph_layer.explain() for stage in self._stages_of(self._network()) if stage.graph_layer]
         text = "\n".join(lines)
         if print_fn is not None:
             print_fn(text)
@@ -295,17 +313,32 @@ class GraphModel(keras.Model):
         if not self.built and getattr(x, "shape", None) is not None and len(x.shape) >= 1:
             self.build(tuple(x.shape))
 
+    def _network(self) -> keras.Model:
+        """The model's layers as a functional model: the user's, or graph_layers chained (once built)."""
+        if self.network is not None:
+            return self.network
+        if self._chain is None:
+            raise ValueError("this GraphModel is not built yet: call model.build(features.shape), fit, evaluate "
+                             "or predict first")
+        return self._chain
+
+    def _stages_of(self, network):
+        return stages_of(network, lambda layer: isinstance(layer, SAGALayer), where=self.name)
+
     def build(self, input_shape):
         self._input_shape = tuple(input_shape)
-        if self.store is not None:
-            # Layer by layer on a few rows: a store's features are never read whole.
-            x = tf.zeros((2,) + self._input_shape[1:], dtype=self.compute_dtype)
-            for layer in self.graph_layers:
-                if isinstance(layer, SAGALayer):
-                    x = tf.zeros((2,) + tuple(layer.compute_output_shape(tuple(x.shape)))[1:], x.dtype)
-                else:
-                    x = layer(x)
-        else:
+        if self.network is not None:
+            expected = tuple(self.network.inputs[0].shape[1:])
+            if expected != self._input_shape[1:]:
+                raise ValueError(f"{self.name}: the features have rows of shape {self._input_shape[1:]}, but the "
+                                 f"model's input {self.network.inputs[0].name} takes rows of shape {expected}")
+        elif self._chain is None:
+            # Called on symbolic rows, the layers build with their true shapes (SAGA layers measure theirs on a
+            # probe graph); a store's features are never read whole.
+            object.__setattr__(self, "_chain", sequential_network(self.graph_layers, self._input_shape,
+                                                                   self.compute_dtype))
+            self._stages_of(self._chain)
+        if self.store is None:
             # One forward pass on zeros builds every layer with its true shapes
             # (self.call, not self(): __call__ would come back here to build).
             self.call(tf.zeros(self._input_shape, dtype=self.compute_dtype))
@@ -355,6 +388,9 @@ class GraphModel(keras.Model):
 
 
     def compute_output_shape(self, input_shape):
+        output = self._network().outputs[0] if self.network is not None or self._chain is not None else None
+        if output is not None:
+            return (tuple(input_shape)[0],) + tuple(output.shape[1:])
         shape = tuple(input_shape)
         for layer in self.graph_layers:
             shape = tuple(layer.compute_output_shape(shape))
@@ -365,7 +401,8 @@ class GraphModel(keras.Model):
     def get_config(self):
         return {
             "name": self.name,
-            "layers": [keras.saving.serialize_keras_object(layer) for layer in self.graph_layers],
+            **({"network": keras.saving.serialize_keras_object(self.network)} if self.network is not None else
+               {"layers": [keras.saving.serialize_keras_object(layer) for layer in self.graph_layers]}),
             "chunks": self.chunks,
             "schedule": self.schedule,
             "rewrites": list(self.rewrites),
@@ -384,8 +421,11 @@ class GraphModel(keras.Model):
 
     @classmethod
     def from_config(cls, config, custom_objects=None):
-        layers = [keras.saving.deserialize_keras_object(c, custom_objects=custom_objects)
-                  for c in config["layers"]]
+        if "network" in config:
+            layers = keras.saving.deserialize_keras_object(config["network"], custom_objects=custom_objects)
+        else:
+            layers = [keras.saving.deserialize_keras_object(c, custom_objects=custom_objects)
+                      for c in config["layers"]]
         store = None
         if config.get("store") is not None:
             try:

@@ -1,8 +1,16 @@
 """Ready-made node-classification models: the graph each layer type expects,
-the layer stack, and training settings that work on citation graphs.
+the model, and training settings that work on citation graphs.
 
     graph = recipes.prepare_graph("gcn", dataset.graph)
     model = recipes.build_model("gcn", graph, num_classes=7, hidden=16)
+
+The NGra paper's models and GAT are stacks of two graph layers (a list of
+layers); GraphSAGE and GIN too. The others are functional models with skip
+edges (ngra_tf.GraphModel runs any Keras functional model):
+
+    resgcn  a deep residual GCN (ROC): h <- h + GCN(h) on every hidden layer
+    jknet   a jumping-knowledge net (Xu et al.): every GCN layer's output, concatenated, then Dense
+    appnp   APPNP (Klicpera et al.): an MLP, then K propagation steps z <- (1 - alpha) A z + alpha h
 """
 
 from __future__ import annotations
@@ -37,7 +45,18 @@ RECIPES = {
     "ggcn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
     "ggnn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
     "gat": Recipe(8, 0.005, 1000, 5e-4, 0.6, 100),
+    "sage": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
+    "gin": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
+    "appnp": Recipe(64, 0.01, 200, 5e-3, 0.5, None),
+    "resgcn": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
+    "jknet": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
 }
+# Models over GCN's normalised adjacency (edge weights), and those over the plain symmetric graph without self
+# loops (their root or eps term is the vertex's own row).
+GCN_WEIGHTED = ("gcn", "appnp", "resgcn", "jknet")
+NO_SELF_LOOPS = ("sage", "gin")
+# Functional models: they need the features' width.
+FUNCTIONAL = ("appnp", "resgcn", "jknet")
 
 
 def prepare_graph(model: str, graph: Graph) -> Graph:
@@ -55,22 +74,37 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
         types = np.concatenate([np.full(plain.num_edges, FORWARD), np.full(plain.num_edges, REVERSE),
                                 np.full(n, SELF_LOOP)]).astype(np.int32)
         return Graph.from_edges(src, dst, n, edge_data=types)
-    symmetric = graph.symmetrize().remove_self_loops().add_self_loops()
-    if model == "gcn":
+    plain = graph.symmetrize().remove_self_loops()
+    if model in NO_SELF_LOOPS:
+        return Graph(plain.adjacency, None, plain.edge_order)
+    symmetric = plain.add_self_loops()
+    if model in GCN_WEIGHTED:
         return symmetric.with_edge_data(symmetric.gcn_norm())
     return Graph(symmetric.adjacency, None, symmetric.edge_order)
 
 
-def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None = None,
-                recipe: Recipe | None = None, **options) -> GraphModel:
-    """A two-graph-layer classifier producing logits (hidden: the recipe's by default).
+def build_model(model: str, graph, num_classes: int, hidden: int | None = None, recipe: Recipe | None = None,
+                num_features: int | None = None, depth: int | None = None, k: int = 10, alpha: float = 0.1,
+                **options) -> GraphModel:
+    """A classifier producing logits (hidden: the recipe's by default).
 
-    options go to GraphModel: chunks, schedule, rewrites."""
+    num_features (the input width) is needed by the functional models (resgcn, jknet, appnp) when `graph`
+    is a Graph; a store knows it. depth: graph layers of resgcn (4) and jknet (3); k, alpha: APPNP's
+    propagation steps and teleport probability. options go to GraphModel: chunks, schedule, rewrites, ...
+    """
     _check_name(model)
     recipe = recipe or RECIPES[model]
     hidden = hidden or recipe.hidden
     l2 = keras.regularizers.L2(recipe.weight_decay) if recipe.weight_decay else None
     drop = recipe.dropout
+    if model in FUNCTIONAL:
+        if num_features is None and hasattr(graph, "vertex_spec"):
+            num_features = int(np.prod(graph.vertex_spec("features")[0]))
+        if num_features is None:
+            raise ValueError(f"build_model({model!r}, ...) makes a functional model: pass num_features, the width "
+                             "of the vertex features")
+        network = _functional(model, int(num_features), num_classes, hidden, drop, l2, depth, k, alpha)
+        return GraphModel(graph, network, name=model, **options)
     if model == "gcn":
         stack = [layers.GCN(hidden, activation="relu", kernel_regularizer=l2), layers.GCN(num_classes)]
     elif model == "commnet":
@@ -78,6 +112,11 @@ def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None =
     elif model == "mpgcn":
         stack = [layers.MaxPoolGCN(hidden, activation="relu", kernel_regularizer=l2),
                  layers.MaxPoolGCN(num_classes)]
+    elif model == "sage":
+        stack = [layers.GraphSAGE(hidden, activation="relu", kernel_regularizer=l2), layers.GraphSAGE(num_classes)]
+    elif model == "gin":
+        stack = [layers.GIN(hidden, train_eps=True, activation="relu", kernel_regularizer=l2),
+                 layers.GIN(num_classes, hidden=hidden, train_eps=True)]
     elif model == "ggcn":
         # The gates are square in the input width: project the features first.
         stack = [keras.layers.Dense(hidden, activation="relu", kernel_regularizer=l2),
@@ -97,6 +136,35 @@ def build_model(model: str, graph: Graph, num_classes: int, hidden: int | None =
             with_dropout.append(keras.layers.Dropout(drop))
         with_dropout.append(layer)
     return GraphModel(graph, with_dropout, name=model, **options)
+
+
+def _functional(model, num_features, num_classes, hidden, drop, l2, depth, k, alpha) -> keras.Model:
+    """The functional recipes, with dropout before every layer that has weights."""
+    x = keras.Input(shape=(num_features,), name="features")
+    dropout = keras.layers.Dropout
+    if model == "appnp":
+        h = keras.layers.Dense(hidden, activation="relu", kernel_regularizer=l2)(dropout(drop)(x))
+        h = keras.layers.Dense(num_classes)(dropout(drop)(h))
+        z = h
+        for _ in range(k):
+            z = keras.layers.Add()([keras.layers.Rescaling(1 - alpha)(layers.GCNPropagate()(z)),
+                                    keras.layers.Rescaling(alpha)(h)])
+        return keras.Model(x, z, name=model)
+    depth = depth or (4 if model == "resgcn" else 3)
+    if depth < 2:
+        raise ValueError(f"depth must be at least 2 graph layers for {model}, got {depth}")
+    if model == "resgcn":
+        h = layers.GCN(hidden, activation="relu", kernel_regularizer=l2)(dropout(drop)(x))
+        for _ in range(depth - 2):
+            h = keras.layers.Add()([h, layers.GCN(hidden, activation="relu")(dropout(drop)(h))])
+        return keras.Model(x, layers.GCN(num_classes)(dropout(drop)(h)), name=model)
+    # jknet: jumping knowledge by concatenation.
+    outputs, h = [], x
+    for i in range(depth):
+        h = layers.GCN(hidden, activation="relu", kernel_regularizer=l2 if i == 0 else None)(dropout(drop)(h))
+        outputs.append(h)
+    y = keras.layers.Dense(num_classes)(dropout(drop)(keras.layers.Concatenate()(outputs)))
+    return keras.Model(x, y, name=model)
 
 
 def _check_name(model):

@@ -23,10 +23,13 @@ class DenseVertexMixin:
             bias_regularizer=bias_regularizer, name="dense", dtype=self.dtype_policy)
 
     def linear(self, units=None, use_bias=False, name=None):
-        """Another weight matrix with this layer's kernel initialiser and regulariser."""
+        """Another weight matrix with this layer's kernel initialiser and regulariser
+        (and, with use_bias, a bias with this layer's bias initialiser and regulariser)."""
         return keras.layers.Dense(units or self.units, use_bias=use_bias, name=name,
                                   kernel_initializer=self.dense.kernel_initializer,
-                                  kernel_regularizer=self.dense.kernel_regularizer, dtype=self.dtype_policy)
+                                  kernel_regularizer=self.dense.kernel_regularizer,
+                                  bias_initializer=self.dense.bias_initializer,
+                                  bias_regularizer=self.dense.bias_regularizer, dtype=self.dtype_policy)
 
     def get_config(self):
         config = super().get_config()

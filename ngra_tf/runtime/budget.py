@@ -25,6 +25,7 @@ import tensorflow as tf
 from ngra_tf.store import memory
 from ngra_tf.runtime.loops import PARALLEL_STEPS
 from ngra_tf.runtime.resident import format_bytes
+from ngra_tf.runtime.stages import INPUT
 
 # What the runtime adds once training starts, whatever the graph: the traced train function and its loops,
 # Keras's fit machinery, TensorFlow's kernel caches and thread pools (134-144 MiB measured on a tiny store;
@@ -113,23 +114,21 @@ class Plan:
         steps, summary = [], []
         kept_forward = backward_extra = shared_rows = 0
         row_shape, dtype = executor.source.input_spec(model.compute_dtype)
-        spec = tf.TensorSpec([None] + list(row_shape), dtype)
+        specs = {INPUT: tf.TensorSpec([None] + list(row_shape), dtype)}  # every kept value's rows
         for index, stage in enumerate(executor.stages):
             name = f"stage {index}"
-            in_row = _bytes(spec.shape[1:], spec.dtype)
+            first = specs[stage.inputs[0]]
+            in_row = sum(_bytes(specs[key].shape[1:], specs[key].dtype) for key in stage.inputs)
             tile = min(rows, max(1, executor.tile_bytes // max(1, in_row)))
-            shape = (None,) + tuple(spec.shape[1:])
-            for layer in stage.prologue:
-                shape = tuple(layer.compute_output_shape(shape))
-            graph_in = _bytes(shape[1:], spec.dtype)
-            graph_spec = tf.TensorSpec([None] + list(shape[1:]), spec.dtype)
+            graph_spec = tf.TensorSpec([None] + list(stage.row_shape(first.shape[1:])), first.dtype)
+            graph_in = _bytes(graph_spec.shape[1:], graph_spec.dtype)
             if stage.graph_layer is None:
                 out_row = graph_in
                 steps.append((f"{name} per-vertex", in_flight * tile * (2 * in_row + 2 * out_row)
                               + 3 * rows * out_row))
                 kept_forward += V * out_row
                 backward_extra = max(backward_extra, V * (in_row + out_row))
-                spec = graph_spec
+                specs[index] = graph_spec
                 continue
             kernels, loops = executor.compiled(index, graph_spec, True)
             keys = {key: _bytes(key_shape, key_dtype) for key, (key_shape, key_dtype) in kernels.key_specs().items()}
@@ -144,7 +143,7 @@ class Plan:
             if kernels.program.fused is None:  # messages, their gradient, scattered frontiers
                 message = _bytes(kernels.program.edge.output.shape[1:], kernels.dtype)
                 per_edge = 3 * (message + src + dst)
-            steps.append((f"{name} hoist", in_flight * tile * (2 * in_row + 2 * graph_in * max(1, len(stage.prologue)))
+            steps.append((f"{name} hoist", in_flight * tile * (2 * in_row + 2 * graph_in * max(1, len(stage.prologue_layers)))
                           + 3 * rows * sum(keys.values())))
             held = 1 if self.num_devices == 1 or kernels.column_wide else owned
             chunk_step = (in_flight * (2 * chunk + 2 * rows * src) + rows * (held + 1) * (dst + 2 * column)
@@ -160,15 +159,29 @@ class Plan:
                 kept_forward += V * (sum(keys.values()) + column)
             backward_extra = max(backward_extra, V * (2 * out_row + acc + sum(keys.values()) + graph_in + column))
             shared_rows += V * src
-            spec = tf.TensorSpec([None] + list(out_spec.shape[1:]), out_spec.dtype)
-        logits_row = _bytes(spec.shape[1:], spec.dtype)
+            specs[index] = tf.TensorSpec([None] + list(out_spec.shape[1:]), out_spec.dtype)
+        logits_row = _bytes(specs[len(executor.stages) - 1].shape[1:], specs[len(executor.stages) - 1].dtype)
         masks = 4 * sum(1 for n in store.vertex_names if n.endswith("mask"))
         weights = sum(int(np.prod(v.shape)) * tf.as_dtype(model.compute_dtype).size for v in model.trainable_weights)
         # Logits-sized tensors alive at once around the loss: the output in interval order and in the user's,
         # the loss's softmax and log-softmax and their gradients, d output in both orders (8; measured on
         # reddit-middle, where they dominate: 4 undercounted its peak by 32%).
         resident = V * (8 * logits_row + 8 + masks) + 4 * weights
-        return steps, resident, kept_forward + backward_extra, shared_rows, summary
+        gradients = V * _live_gradients(executor.stages, specs)
+        return steps, resident, kept_forward + backward_extra + gradients, shared_rows, summary
+
+
+def _live_gradients(stages, specs) -> int:
+    """The most row bytes of kept values' gradients alive at once in backward: a value read by several stages
+    holds its gradient from its last reader's backward to its own stage's (the store's features have none)."""
+    live, most = {}, 0
+    for index in reversed(range(len(stages))):
+        live.pop(index, None)
+        for key in stages[index].inputs:
+            if key != INPUT:
+                live[key] = _bytes(specs[key].shape[1:], specs[key].dtype)
+        most = max(most, sum(live.values()))
+    return most
 
 
 __all__ = ["MemoryBudgetError", "Plan", "RESIDENT_FACTOR", "RUNTIME_OVERHEAD", "STEP_FACTOR"]

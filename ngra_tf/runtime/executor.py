@@ -1,8 +1,11 @@
 """The executor: runs a model's stages over a partition or a store, forward and backward, as one custom gradient.
 
-A model is a list of *stages* (`Stage`): per-vertex layers (its prologue:
-Dropout, Dense, ...) and the graph layer they lead to, or only per-vertex
-layers after the last graph layer. Per stage:
+A model is a list of *stages* (ngra_tf.runtime.stages): per-vertex layers
+(its prologue: Dropout, Dense, Add, Concatenate, ...) over kept values (the
+model's input, earlier stages' outputs) and the graph layer they lead to, or
+per-vertex layers alone. Every stage's output is kept until its last reader
+has run; in backward, the gradients of a value read by several stages are
+summed before its own stage's backward runs. Per stage:
 
     H  the prologue and the graph layer's vertex stage (hoist) on the stage's input rows
     C  the chunk loops (ngra_tf.runtime.loops): every chunk C[i][j] into A[j]
@@ -57,7 +60,7 @@ from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.loops import PARALLEL_STEPS, Arrays, ChunkLoops, set_seeds
 from ngra_tf.runtime.ring_loops import RingLoops
 from ngra_tf.runtime.sources import CopiedChunks, on_lane
-from ngra_tf.runtime.stages import Stage, variable_of
+from ngra_tf.runtime.stages import INPUT, variable_of
 
 SPILL_POLICIES = ("recompute", "spill")
 HOST_TIERS = ("memory", "disk")
@@ -101,6 +104,24 @@ class Executor:
         self._lane_loop_cache = {}  # (id(kernels), columns) -> ChunkLoops of one lane's columns
         if ring is not None:
             ring.check(self.partition)
+        self._check_layers()
+
+    def _check_layers(self):
+        """From a store or over several devices, per-vertex work runs on tiles or columns of rows, and is run again
+        in backward: a layer that updates state as it runs (BatchNormalization's moving statistics) would see
+        part of the rows, and update twice. Such a layer fails here, when the model is made."""
+        if not (self.source.streamed or self.ring is not None):
+            return
+        mode = "from a store" if self.source.streamed else "over several devices"
+        for stage in self.stages:
+            for layer in stage.layers:
+                state = [v for v in layer.non_trainable_variables if "seed_generator_state" not in v.path]
+                if state:
+                    raise ValueError(
+                        f"{layer.name} ({type(layer).__name__}) updates state as it runs ({state[0].path}); "
+                        f"{mode}, per-vertex work runs on parts of the rows at a time and again in backward, so "
+                        "that state would be wrong. Use a layer without running state (LayerNormalization, say), "
+                        "or train this model in memory on one device")
 
     # ---- what runs ----
 
@@ -153,69 +174,76 @@ class Executor:
         with tf.init_scope():
             if self.source.streamed:
                 row_shape, dtype = self.source.input_spec(self.compute_dtype)
-                y = tf.zeros((2,) + row_shape, dtype)
+                values = {INPUT: tf.zeros((2,) + row_shape, dtype)}
             else:
-                y = tf.zeros([2] + x.shape[1:].as_list(), x.dtype)
-            for stage in self.stages:
-                for layer in stage.prologue:
-                    y = layer(y)
+                values = {INPUT: tf.zeros([2] + x.shape[1:].as_list(), x.dtype)}
+            for index, stage in enumerate(self.stages):
+                y = stage.prologue_of([values[key] for key in stage.inputs], False)
                 if stage.graph_layer is not None:
                     shape = stage.graph_layer.compute_output_shape(tuple(y.shape))
                     y = tf.zeros([2] + list(shape[1:]), y.dtype)
+                values[index] = y
 
     def _run(self, x, training):
         streamed = self.source.streamed
         blocked = streamed or self.ring is not None  # loops over blocks (else: whole phases in memory)
+        last = len(self.stages) - 1
+        forward, backward = (self._stream_forward, self._stream_backward) if blocked else (self._forward, self._backward)
 
         @tf.custom_gradient
         def run(x):
             records = []
+            values = {INPUT: (self._input_rows(x) if streamed else x)}
+            for index, stage in enumerate(self.stages):
+                with tf.name_scope(stage.name):
+                    values[index], record = forward(index, stage, [values[key] for key in stage.inputs], training)
+                records.append(record)
+            output = values[last]
             if blocked:
-                h = self._input_rows(x) if streamed else x
-                for index, stage in enumerate(self.stages):
-                    with tf.name_scope(stage.name):
-                        h, record = self._stream_forward(index, stage, h, training)
-                    records.append(record)
                 with tf.device(self._host_device()):
-                    output = self._to_users(h.blocks.concat(h.state) if streamed else self._whole(h))
-            else:
-                h = x
-                for index, stage in enumerate(self.stages):
-                    with tf.name_scope(stage.name):
-                        h, record = self._forward(index, stage, h, training)
-                    records.append(record)
-                output = h
+                    output = self._to_users(output.blocks.concat(output.state) if streamed else self._whole(output))
 
             def grad(dy, variables=None):
                 grads = {}
-                if blocked:
-                    d = self._stream_gradient(dy, records[-1])
-                    for index in reversed(range(len(self.stages))):
-                        with tf.name_scope(f"{self.stages[index].name}/Backward"):
-                            d = self._stream_backward(index, self.stages[index], records[index], d, grads, training)
-                    # a store's input only names its features; in memory, d x comes back in the user's order
-                    d = None if streamed else self._to_users(self._whole(d))
-                else:
-                    d = dy
-                    for index in reversed(range(len(self.stages))):
-                        with tf.name_scope(f"{self.stages[index].name}/Backward"):
-                            d = self._backward(self.stages[index], records[index], d, grads)
+                d = {last: self._stream_gradient(dy, records[-1]) if blocked else dy}
+                for index in reversed(range(len(self.stages))):
+                    stage = self.stages[index]
+                    with tf.name_scope(f"{stage.name}/Backward"):
+                        d_inputs = backward(index, stage, records[index], d.pop(index), grads, training)
+                        for key, d_input in zip(stage.inputs, d_inputs):
+                            if d_input is not None:  # (None: the store's features, which only name an array)
+                                d[key] = d_input if key not in d else self._sum(d[key], d_input, blocked)
+                d_x = d.get(INPUT)
+                if blocked:  # a store's input only names its features; in memory, d x returns in the user's order
+                    d_x = None if streamed else self._to_users(self._whole(d_x))
                 if variables is None:
-                    return d
-                return d, [grads.get(id(variable_of(v))) for v in variables]
+                    return d_x
+                return d_x, [grads.get(id(variable_of(v))) for v in variables]
 
             return output, grad
 
         return run(tf.zeros([0], self.compute_dtype) if streamed else x)
 
+    def _sum(self, a, b, blocked):
+        """Two gradients of one kept value (it is read by several stages): tensors, or host-tier rows."""
+        if not blocked:
+            return a + b
+        total = self._blocks("d", a.blocks.home, a.row_shape, a.dtype, name=f"sum_{a.blocks.name}")
+
+        def add(d, part, state):
+            return total.put(state, part, a.get(part) + b.get(part))
+
+        state = self._rounds(self._by_lane(self._loaders()), add, _fresh(total))
+        return _BlockRows(total, state)
+
     # ---- in memory: whole phases ----
 
-    def _forward(self, index, stage, x, training):
+    def _forward(self, index, stage, xs, training):
         with tf.GradientTape(persistent=True) as vertex_tape:  # persistent: TF may build the backward twice
-            vertex_tape.watch(x)
-            y = stage.prologue_of(x, training)
+            vertex_tape.watch(xs)
+            y = stage.prologue_of(xs, training)
             if stage.graph_layer is None:
-                return y, {"tape": vertex_tape, "input": x, "output": y}
+                return y, {"tape": vertex_tape, "inputs": xs, "output": y}
             kernels, loops = self.compiled(index, y, training)
             hoisted = kernels.hoist(y)
         rows = self._device_arrays({key: self._to_intervals(hoisted[key]) for key in
@@ -230,14 +258,15 @@ class Executor:
         with tf.GradientTape(persistent=True) as apply_tape:
             apply_tape.watch(accumulated + list(vertex_rows.values()))
             out = kernels.vertex(accumulated, vertex_rows)
-        return out, {"tape": vertex_tape, "input": x, "hoisted": hoisted, "kernels": kernels, "loops": loops,
+        return out, {"tape": vertex_tape, "inputs": xs, "hoisted": hoisted, "kernels": kernels, "loops": loops,
                      "rows": rows, "columns": columns, "seeds": seeds, "accumulated": accumulated,
                      "vertex_rows": vertex_rows, "apply_tape": apply_tape, "output": out}
 
-    def _backward(self, stage, record, d_out, grads):
+    def _backward(self, index, stage, record, d_out, grads, training):
+        """d of the stage's inputs (a list) from d of its output; adds d weights into grads."""
         weights = stage.weights()
         if stage.graph_layer is None:
-            return _tape_backward(record["tape"], record["output"], record["input"], weights, d_out, grads)
+            return _tape_backward(record["tape"], record["output"], record["inputs"], weights, d_out, grads)
         kernels, loops = record["kernels"], record["loops"]
         vertex_rows = record["vertex_rows"]
         sources = record["accumulated"] + list(vertex_rows.values()) + kernels.weights
@@ -255,7 +284,7 @@ class Executor:
         d_hoisted = {key: self._to_users(d_rows.blocks[key].concat(d_rows.states[key])) for key in d_rows.blocks}
         d_hoisted.update(zip(vertex_rows, d_vertex))
         hoisted = record["hoisted"]
-        return _tape_backward(record["tape"], [hoisted[key] for key in hoisted], record["input"], weights,
+        return _tape_backward(record["tape"], [hoisted[key] for key in hoisted], record["inputs"], weights,
                               [d_hoisted.get(key, tf.zeros_like(hoisted[key])) for key in hoisted], grads)
 
     # ---- from a store, or over several devices: loops over blocks ----
@@ -318,9 +347,10 @@ class Executor:
                                   parallel_iterations=self.parallel)
         return states
 
-    def _tiles(self, inp):
-        """Each interval's tiles: rows of input at most tile_bytes at a time (the whole interval in memory)."""
-        row_bytes = max(1, int(np.prod(inp.row_shape, dtype=np.int64)) * tf.as_dtype(inp.dtype).size)
+    def _tiles(self, inps):
+        """Each interval's tiles: rows of the inputs at most tile_bytes at a time (the whole interval in memory)."""
+        row_bytes = max(1, sum(int(np.prod(inp.row_shape, dtype=np.int64)) * tf.as_dtype(inp.dtype).size
+                               for inp in inps))
         per_tile = max(1, self.tile_bytes // row_bytes) if self.source.streamed else max(1, int(self.sizes.max()))
         rows, first, count = [], [], []
         for p, size in enumerate(self.sizes):
@@ -348,12 +378,12 @@ class Executor:
             items[d].append(part)
         return items
 
-    def _map_tiles(self, index, stage, inp, training, fn, specs, items, outputs, replay=None, seeds=()):
-        """fn(prologue(rows)) of every interval of `inp`, tile by tile: lane d runs the intervals items[d] and
+    def _map_tiles(self, index, stage, inps, training, fn, specs, items, outputs, replay=None, seeds=()):
+        """fn(prologue(rows)) of every interval of the inputs `inps`, tile by tile: lane d runs the intervals items[d] and
         puts the results into the Blocks outputs[d][name] (a state dict keyed like `outputs` is returned), and
         tile k draws its random numbers with the seed states (of the prologue and `seeds`) + [0, k]: `replay` gives
         a forward's bases, to draw the same again."""
-        tiles = self._tiles(inp)
+        tiles = self._tiles(inps)
         seeds = stage.seeds() + list(seeds)
         bases = tuple(v.read_value() for v in seeds) if replay is None else replay
         states = {key: _fresh(blocks) for lane_outputs in outputs for key, blocks in lane_outputs.items()}
@@ -366,7 +396,7 @@ class Executor:
             def tile(t, pieces):
                 start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
                 set_seeds(seeds, bases, first + t)  # tile k draws with base + [0, k] (again in backward)
-                values = fn(stage.prologue_of(inp.rows(p, start, stop), training))
+                values = fn(stage.prologue_of([inp.rows(p, start, stop) for inp in inps], training))
                 return t + 1, {name: pieces[name].write(t, values[name]) for name in pieces}
 
             _, pieces = tf.while_loop(lambda t, *_: t < count, tile, (tf.constant(0), pieces))
@@ -443,25 +473,25 @@ class Executor:
         which = tf.gather(tf.constant([choices.index(h) for h in holders], tf.int32), part)
         return tf.switch_case(which, [from_holder(h) for h in choices])
 
-    def _stream_forward(self, index, stage, inp, training):
+    def _stream_forward(self, index, stage, inps, training):
         """H, C and V of one stage over blocks; returns (its output rows in the host tier, its record).
 
         In memory (over several devices), the prologue runs on all rows at once, in the user's order, as on one
         device (so dropout draws the same numbers), under a tape kept for backward; blocks start after it.
         """
         if not self.source.streamed:
-            x = inp if isinstance(inp, tf.Tensor) else self._to_users(self._whole(inp))
+            xs = [inp if isinstance(inp, tf.Tensor) else self._to_users(self._whole(inp)) for inp in inps]
             with tf.GradientTape(persistent=True) as tape:
-                tape.watch(x)
-                y = stage.prologue_of(x, training)
+                tape.watch(xs)
+                y = stage.prologue_of(xs, training)
             rows = self._host_rows(y, f"p{index}")
-            prologue = {"tape": tape, "input": x, "output": y, "weights": Stage(stage.prologue).weights()}
+            prologue = {"tape": tape, "inputs": xs, "output": y, "weights": stage.prologue_weights()}
             if stage.graph_layer is None:
                 return rows, {"prologue": prologue, "output": rows}
-            out, record = self._blocks_forward(index, Stage([], stage.graph_layer), rows, training)
+            out, record = self._blocks_forward(index, stage.without_prologue(index), [rows], training)
             record["prologue"] = prologue
             return out, record
-        return self._blocks_forward(index, stage, inp, training)
+        return self._blocks_forward(index, stage, inps, training)
 
     def _whole(self, rows):
         """Blocks of rows in host memory as one host tensor (in memory, nothing moves to a device)."""
@@ -474,29 +504,28 @@ class Executor:
         with tf.device(self._host_device()):
             return _BlockRows(blocks, blocks.empty().split(self._to_intervals(x), tf.constant(self.sizes)))
 
-    def _blocks_forward(self, index, stage, inp, training):
+    def _blocks_forward(self, index, stage, inps, training):
         keep = training and self.spill == "spill"
         home = self._host_home()
+        spec = tf.TensorSpec([None] + list(stage.row_shape(inps[0].row_shape)), inps[0].dtype)  # the prologue's rows
         if stage.graph_layer is None:
-            spec = _spec_after(stage.prologue, inp)
             out = self._blocks("out", home, spec.shape[1:].as_list(), spec.dtype, name=f"h{index + 1}")
-            states, seeds = self._map_tiles(index, stage, inp, training, lambda y: {"out": y},
+            states, seeds = self._map_tiles(index, stage, inps, training, lambda y: {"out": y},
                                             {"out": (tuple(spec.shape[1:]), spec.dtype)},
                                             self._by_lane(self._loaders()), [{"out": out} for _ in self.lanes])
             output = _BlockRows(out, states["out"])
-            return output, {"input": inp, "output": output, "tile_seeds": seeds}
-        spec = _spec_after(stage.prologue, inp)
+            return output, {"inputs": inps, "output": output, "tile_seeds": seeds}
         kernels, loops = self.compiled(index, spec, training)
-        hoisted, tile_seeds = self._hoist(index, stage, inp, training, kernels)
+        hoisted, tile_seeds = self._hoist(index, stage, inps, training, kernels)
         out, kept, seeds = self._columns(index, kernels, loops, hoisted, keep)
-        record = {"input": inp, "kernels": kernels, "loops": loops, "tile_seeds": tile_seeds,
+        record = {"inputs": inps, "kernels": kernels, "loops": loops, "tile_seeds": tile_seeds,
                   "hoisted": hoisted if keep or not self.source.streamed else None, "output": out,
                   "kept": kept, "chunk_seeds": seeds}
         return out, record
 
-    def _hoist(self, index, stage, inp, training, kernels, replay=None):
+    def _hoist(self, index, stage, inps, training, kernels, replay=None):
         outputs = self._hoisted_outputs(index, kernels)
-        states, seeds = self._map_tiles(index, stage, inp, training, kernels.hoist, kernels.key_specs(),
+        states, seeds = self._map_tiles(index, stage, inps, training, kernels.hoist, kernels.key_specs(),
                                         self._hoist_items(kernels), outputs, replay, _seeds(kernels.hoist_variables()))
         blocks = {key: b for lane_outputs in outputs for key, b in lane_outputs.items()}
         return (blocks, states), seeds
@@ -727,27 +756,30 @@ class Executor:
             return _BlockRows(d_out, d_out.from_rows(self._to_intervals(dy)))
 
     def _stream_backward(self, index, stage, record, d_out, grads, training):
+        """d of the stage's inputs (a list of host-tier rows; None for the store's features) from d of its output;
+        adds d weights into grads."""
         prologue = record.get("prologue")
         if prologue is not None:  # in memory: the blocks' backward, then the prologue's tape
             d_rows = d_out
             if stage.graph_layer is not None:
-                d_rows = self._blocks_backward(index, Stage([], stage.graph_layer), record, d_out, grads, training)
+                d_rows = self._blocks_backward(index, stage.without_prologue(index), record, d_out, grads,
+                                               training)[0]
             d_y = self._to_users(self._whole(d_rows))
-            d_x = _tape_backward(prologue["tape"], prologue["output"], prologue["input"], prologue["weights"], d_y,
-                                 grads)
-            return self._host_rows(d_x, f"d_p{index}")
+            d_xs = _tape_backward(prologue["tape"], prologue["output"], prologue["inputs"], prologue["weights"], d_y,
+                                  grads)
+            return [self._host_rows(d_x, f"d_p{index}_{k}") for k, d_x in enumerate(d_xs)]
         return self._blocks_backward(index, stage, record, d_out, grads, training)
 
     def _blocks_backward(self, index, stage, record, d_out, grads, training):
-        inp = record["input"]
+        inps = record["inputs"]
         weights = stage.weights()
         if stage.graph_layer is None:
-            return self._tiles_backward(index, stage, inp, training, lambda y: {"out": y}, {"out": d_out},
+            return self._tiles_backward(index, stage, inps, training, lambda y: {"out": y}, {"out": d_out},
                                         record["tile_seeds"], weights, grads)
         kernels, loops = record["kernels"], record["loops"]
         hoisted, kept = record["hoisted"], record["kept"]
         if hoisted is None or kept is None:  # recompute: H and C again, from the stage's input
-            hoisted, _ = self._hoist(index, stage, inp, training, kernels, replay=record["tile_seeds"])
+            hoisted, _ = self._hoist(index, stage, inps, training, kernels, replay=record["tile_seeds"])
             _, kept, _ = self._columns(index, kernels, loops, hoisted, keep=True, replay=record["chunk_seeds"])
         home = self._host_home()
         d_hoisted = {key: self._blocks(key, home, shape, dtype, name=f"L{index}:d:{key}")
@@ -765,7 +797,7 @@ class Executor:
         d_states.update(new_states)
         # H: the vertex stage's backward, tile by tile.
         d_keys = {key: _BlockRows(d_hoisted[key], d_states[key]) for key in d_hoisted}
-        return self._tiles_backward(index, stage, inp, training, kernels.hoist, d_keys, record["tile_seeds"],
+        return self._tiles_backward(index, stage, inps, training, kernels.hoist, d_keys, record["tile_seeds"],
                                     weights, grads, _seeds(kernels.hoist_variables()))
 
     def _chunks_backward(self, kernels, loops, hoisted, kept, d_columns, d_rows, seeds):
@@ -851,46 +883,49 @@ class Executor:
         _add(grads, weights, d_weights)
         return [c.with_states(s) for c, s in zip(d_columns, column_states)], d_states
 
-    def _tiles_backward(self, index, stage, inp, training, fn, d_named, tile_seeds, weights, grads, seeds=()):
+    def _tiles_backward(self, index, stage, inps, training, fn, d_named, tile_seeds, weights, grads, seeds=()):
         """Recomputes fn(prologue(rows)) tile by tile under a tape (drawing the forward's random numbers) and
-        returns d input rows (in the host tier; None for the store's features) given d named outputs; adds d
-        weights."""
-        tiles = self._tiles(inp)
+        returns d of each input's rows (in the host tier; None for the store's features) given d named outputs;
+        adds d weights."""
+        tiles = self._tiles(inps)
         seeds = stage.seeds() + list(seeds)
-        d_in = None
-        if inp.blocks is not None:
-            d_in = self._blocks("d_in", self._host_home(), inp.row_shape, inp.dtype, name=f"L{index}:d_in")
-        d_state = () if d_in is None else _fresh(d_in)
+        d_ins = [None if inp.blocks is None else
+                 self._blocks("d_in", self._host_home(), inp.row_shape, inp.dtype, name=f"L{index}:d_in{k}")
+                 for k, inp in enumerate(inps)]
+        wanted = [k for k, d_in in enumerate(d_ins) if d_in is not None]
         zero = [tf.zeros(tf.shape(w), w.dtype) for w in weights]
         names = list(d_named)
 
         def interval(d, p, carried):
-            d_state, d_weights = carried
+            d_states, d_weights = carried
             first, count = tiles.first[p], tiles.count[p]
-            pieces = tf.TensorArray(inp.dtype, size=count, element_shape=tf.TensorShape([None] + list(inp.row_shape)),
-                                    infer_shape=False)
+            pieces = [tf.TensorArray(inps[k].dtype, size=count, infer_shape=False,
+                                     element_shape=tf.TensorShape([None] + list(inps[k].row_shape))) for k in wanted]
             d_blocks = {name: d_named[name].get(p) for name in names}
 
             def tile(t, pieces, d_weights):
                 start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
                 set_seeds(seeds, tile_seeds, first + t)
-                x = inp.rows(p, start, stop)
+                xs = [inp.rows(p, start, stop) for inp in inps]
                 with tf.GradientTape() as tape:
-                    tape.watch(x)
-                    values = fn(stage.prologue_of(x, training))
+                    tape.watch(xs)
+                    values = fn(stage.prologue_of(xs, training))
                 targets = [values[name] for name in names]
-                result = _gradients(tape, targets, [x] + weights, [d_blocks[name][start:stop] for name in names])
-                return t + 1, pieces.write(t, result[0]), [a + b for a, b in zip(d_weights, result[1:])]
+                result = _gradients(tape, targets, [xs[k] for k in wanted] + weights,
+                                    [d_blocks[name][start:stop] for name in names])
+                pieces = [piece.write(t, value) for piece, value in zip(pieces, result)]
+                return t + 1, pieces, [a + b for a, b in zip(d_weights, result[len(wanted):])]
 
             _, pieces, d_weights = tf.while_loop(lambda t, *_: t < count, tile, (tf.constant(0), pieces, d_weights))
-            if d_in is not None:
-                d_state = d_in.put(d_state, p, pieces.concat())
-            return d_state, d_weights
+            d_states = tuple(d_ins[k].put(state, p, piece.concat()) for k, state, piece in zip(wanted, d_states, pieces))
+            return d_states, d_weights
 
-        d_state, d_weights = self._rounds(self._by_lane(self._loaders()), interval, (d_state, zero))
+        d_states = tuple(_fresh(d_ins[k]) for k in wanted)
+        d_states, d_weights = self._rounds(self._by_lane(self._loaders()), interval, (d_states, zero))
         set_seeds(seeds, tile_seeds, len(tiles.rows))
         _add(grads, weights, d_weights)
-        return None if d_in is None else _BlockRows(d_in, d_state)
+        found = dict(zip(wanted, d_states))
+        return [None if d_in is None else _BlockRows(d_in, found[k]) for k, d_in in enumerate(d_ins)]
 
     # ---- blocks ----
 
@@ -1032,13 +1067,6 @@ def _arrays(named: dict) -> Arrays:
                   {key: value.state for key, value in named.items()})
 
 
-def _spec_after(prologue, inp):
-    shape = (None,) + tuple(inp.row_shape)
-    for layer in prologue:
-        shape = tuple(layer.compute_output_shape(shape))
-    return tf.TensorSpec([None] + list(shape[1:]), inp.dtype)
-
-
 def _per_row(degree, like, bounds=None, j=None):
     values = tf.constant(degree.clip(min=1), like.dtype)
     if j is not None:
@@ -1052,10 +1080,11 @@ def _gradients(tape, targets, sources, output_gradients):
     return [tf.zeros(tf.shape(s), s.dtype) if g is None else tf.convert_to_tensor(g) for s, g in zip(sources, result)]
 
 
-def _tape_backward(tape, targets, x, weights, d_targets, grads):
-    result = _gradients(tape, targets, [x] + weights, d_targets)
-    _add(grads, weights, result[1:])
-    return result[0]
+def _tape_backward(tape, targets, xs, weights, d_targets, grads):
+    """d xs (a list) of targets recorded on tape; adds d weights into grads."""
+    result = _gradients(tape, targets, list(xs) + weights, d_targets)
+    _add(grads, weights, result[len(xs):])
+    return result[:len(xs)]
 
 
 def _add(grads: dict, variables, values):
