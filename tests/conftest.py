@@ -18,11 +18,10 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # each functional model in two modes, every mode once (the full 4 x 11 matrix in test-slow)
+    # each functional model in one mode (the full 4 x 11 matrix in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
-        "resgcn-memory-P3-ngra", "appnp-store-P3-spill", "jknet-devices-ring", "sage-store-P4-recompute-disk",
-        "jknet-memory-P4-stage", "resgcn-store-devices-ring"},
-    "tests/runtime/test_functional_models.py::test_save_and_load": {"appnp-store", "jknet-memory"},
+        "resgcn-memory-P3-ngra", "appnp-store-P3-spill", "jknet-devices-ring", "sage-store-P4-recompute-disk"},
+    "tests/runtime/test_functional_models.py::test_save_and_load": {"appnp-store"},
     "tests/runtime/test_functional_models.py::test_dropout_draws_do_not_change_with_p": {"resgcn"},
     # one case per store configuration (P, format, spill policy, host tier), each with another model
     "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {

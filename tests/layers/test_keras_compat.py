@@ -17,3 +17,18 @@ def test_layers_inside_see_the_training_flag_and_it_is_reset_after():
     with training_context(parent, False):
         np.testing.assert_array_equal(np.asarray(dropout(ones)), ones)
     np.testing.assert_array_equal(np.asarray(dropout(ones)), ones)  # no context left behind: inference
+
+
+def test_functional_calls_are_the_models_own_even_for_a_shared_layer():
+    from ngra_tf.keras_compat import functional_calls  # noqa: PLC0415
+
+    dense, add = keras.layers.Dense(3, name="shared_dense"), keras.layers.Add(name="join")
+    other = keras.Input((3,))
+    dense(other)  # a call in another graph first: layer.input would name this one
+    x = keras.Input((3,))
+    h = dense(x)
+    model = keras.Model(x, add([h, x]))
+    calls = functional_calls(model)
+    assert [op.name for op, _, _ in calls] == ["shared_dense", "join"]
+    assert calls[0][1] == [x] and calls[0][2] == [h]
+    assert calls[1][1] == [h, x] and calls[1][2] == list(model.outputs)
