@@ -124,12 +124,14 @@ class GraphModel(keras.Model):
                                 f"outputs)) or a list of layers; got {type(layers).__name__} {layers.name}, "
                                 "which has no functional graph")
             self.network = layers
-            self._stages_of(layers)  # a model that cannot run fails now, naming the layer
         else:
             self.graph_layers = list(layers)
             if not self.graph_layers:
                 raise ValueError("a GraphModel needs at least one layer")
         self._chain = None  # graph_layers as a functional model (made by build, once the input shape is known)
+        self._stages = None  # the network cut into the executor's stages (made once)
+        if self.network is not None:
+            self.stages()  # a model that cannot run fails now, naming the layer
         self._pending_input_shape = None
         self._executor = None
         self._host_tier_depth = 0  # nested fit / evaluate / predict calls (see _host_tier)
@@ -164,7 +166,7 @@ class GraphModel(keras.Model):
         """The executor of this model's stages over its graph or store (made once; a store-backed model's
         plan is checked against its memory budget first)."""
         if self._executor is None:
-            stages = self._stages_of(self._network())
+            stages = self.stages()
             if self.store is None:
                 self._executor = Executor(stages, MemorySource(self.partition), self.schedule, self.rewrites,
                                           compute_dtype=self.compute_dtype, ring=self.ring)
@@ -205,7 +207,7 @@ class GraphModel(keras.Model):
             lines += self.executor().describe()
         if self.ring is not None:
             lines.append(self.ring.describe(p.num_parts))
-        lines += [stage.graph_layer.explain() for stage in self._stages_of(self._network()) if stage.graph_layer]
+        lines += [stage.graph_layer.explain() for stage in self.stages() if stage.graph_layer is not None]
         text = "\n".join(lines)
         if print_fn is not None:
             print_fn(text)
@@ -322,8 +324,12 @@ class GraphModel(keras.Model):
                              "or predict first")
         return self._chain
 
-    def _stages_of(self, network):
-        return stages_of(network, lambda layer: isinstance(layer, SAGALayer), where=self.name)
+    def stages(self) -> list:
+        """The model cut into the executor's stages (ngra_tf.runtime.stages), made once."""
+        if self._stages is None:
+            stages = stages_of(self._network(), lambda layer: isinstance(layer, SAGALayer), where=self.name)
+            object.__setattr__(self, "_stages", stages)  # not tracked: their layers are the model's already
+        return self._stages
 
     def build(self, input_shape):
         self._input_shape = tuple(input_shape)
@@ -337,7 +343,7 @@ class GraphModel(keras.Model):
             # probe graph); a store's features are never read whole.
             object.__setattr__(self, "_chain", sequential_network(self.graph_layers, self._input_shape,
                                                                    self.compute_dtype))
-            self._stages_of(self._chain)
+            self.stages()
         if self.store is None:
             # One forward pass on zeros builds every layer with its true shapes
             # (self.call, not self(): __call__ would come back here to build).

@@ -193,7 +193,7 @@ class Executor:
         @tf.custom_gradient
         def run(x):
             records = []
-            values = {INPUT: (self._input_rows(x) if streamed else x)}
+            values = {INPUT: self._store_rows() if streamed else x}
             for index, stage in enumerate(self.stages):
                 with tf.name_scope(stage.name):
                     values[index], record = forward(index, stage, [values[key] for key in stage.inputs], training)
@@ -304,20 +304,16 @@ class Executor:
             return "host"
         return "disk" if self.host == "disk" else "host"
 
-    def _input_rows(self, x):
-        """The first stage's input rows: the store's features, or x (the user's order) in host memory."""
-        if self.source.streamed:
-            reader, name = self.source.chunks, self.source.features
-            row_shape, dtype = self.source.input_spec(self.compute_dtype)
+    def _store_rows(self):
+        """The first stage's input from a store: its features, read tile by tile."""
+        reader, name = self.source.chunks, self.source.features
+        row_shape, dtype = self.source.input_spec(self.compute_dtype)
 
-            def rows(part, start, stop):
-                value = copy_h2d(reader.rows(name, part, start, stop))
-                return tf.cast(value, dtype) if value.dtype != dtype else value
+        def rows(part, start, stop):
+            value = copy_h2d(reader.rows(name, part, start, stop))
+            return tf.cast(value, dtype) if value.dtype != dtype else value
 
-            return _Rows(rows, row_shape, dtype, None, None)
-        blocks = Blocks("x", "host", self.sizes, x.shape[1:].as_list(), x.dtype, host=self._host_device())
-        with tf.device(self._host_device()):
-            return _BlockRows(blocks, blocks.empty().split(self._to_intervals(x), tf.constant(self.sizes)))
+        return _Rows(rows, row_shape, dtype, None, None)
 
     def _host_device(self):
         return "/CPU:0" if self.ring is None else self.ring.host

@@ -166,7 +166,7 @@ def test_the_stages_keep_what_several_layers_read():
     out = keras.layers.Dense(2, name="head")(keras.layers.Concatenate(name="cat")([a, h, b]))
     graph = recipes.prepare_graph("gcn", _tiny_graph())
     model = ngra_tf.GraphModel(graph, keras.Model(inputs, out))
-    stages = model._stages_of(model.network)
+    stages = model.stages()
     assert [(s.name, s.inputs, None if s.graph_layer is None else s.graph_layer.name,
              [layer.name for layer in s.prologue_layers]) for s in stages] == [
         ("shared", ("input",), None, ["shared"]),
