@@ -3,7 +3,6 @@
 import subprocess
 import sys
 
-
 from ngra_tf.runtime import resident
 
 
