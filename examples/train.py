@@ -68,6 +68,9 @@ flags.DEFINE_float("weight_decay", None, "L2 on the first layer's kernels (defau
 flags.DEFINE_float("dropout", None, "Dropout rate (default: the recipe's).", lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("patience", None, "Early-stopping patience on validation loss; 0 disables "
                      "(default: the recipe's).", lower_bound=0)
+flags.DEFINE_integer("depth", None, "Graph layers of resgcn (default 4) and jknet (default 3).", lower_bound=2)
+flags.DEFINE_integer("k", 10, "APPNP's propagation steps.", lower_bound=1)
+flags.DEFINE_float("alpha", 0.1, "APPNP's teleport probability.", lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks.",
                      lower_bound=1)
 flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps (NGra §6.2): ngra (column by "
@@ -197,7 +200,8 @@ def train_once(inputs, seed):
                        spill=FLAGS.spill, overlap=FLAGS.overlap, spill_dir=FLAGS.spill_dir,
                        selective=FLAGS.selective)
     model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe,
-                                num_features=inputs.features.shape[-1], **options)
+                                num_features=inputs.features.shape[-1], depth=FLAGS.depth, k=FLAGS.k,
+                                alpha=FLAGS.alpha, **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features, labels = inputs.features, inputs.labels
@@ -270,6 +274,9 @@ def validate_flags():
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
     if FLAGS.history_json and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.history_json))):
         raise app.UsageError(f"--history_json: no directory {os.path.dirname(os.path.abspath(FLAGS.history_json))}")
+    for name, models in (("depth", ("resgcn", "jknet")), ("k", ("appnp",)), ("alpha", ("appnp",))):
+        if FLAGS[name].present and FLAGS.model not in models:
+            raise app.UsageError(f"--{name} applies to --model={' or '.join(models)}, not {FLAGS.model}")
     if FLAGS.store is None:
         for name in ("memory_budget", "spill", "overlap", "spill_dir", "selective"):
             if FLAGS[name].present:

@@ -170,6 +170,8 @@ def test_a_usage_error_is_one_line_on_the_command_line(tmp_path):
 @pytest.mark.parametrize("args,message", [
     (["--rewrites=hoist,inline"], f"--rewrites: unknown ['inline']; choose from {', '.join(REWRITES)} or none"),
     (["--history_json=/no/such/dir/history.json"], "--history_json: no directory /no/such/dir"),
+    (["--model=gcn", "--depth=16"], "--depth applies to --model=resgcn or jknet, not gcn"),
+    (["--model=resgcn", "--k=5"], "--k applies to --model=appnp, not resgcn"),
 ])
 def test_example_flag_errors(example, args, message):
     assert usage_error(example, *args) == message

@@ -40,7 +40,7 @@ def _problem(model, seed=0):
 def _model(model, graph, dropout=0.0, **options):
     recipe = dataclasses.replace(recipes.RECIPES[model], dropout=dropout)
     keras.utils.set_random_seed(1)
-    built = recipes.build_model(model, graph, CLASSES, hidden=5, recipe=recipe, **options)
+    built = recipes.build_model(model, graph, CLASSES, hidden=5, recipe=recipe, num_features=WIDTH, **options)
     built.compile(optimizer=keras.optimizers.Adam(0.05), loss=ngra_tf.masked_loss(), weighted_metrics=["accuracy"])
     return built
 
