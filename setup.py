@@ -113,7 +113,7 @@ setup(
         "io": ["tensorflow-io>=0.37,<0.38"],
         "test": ["pytest>=7", "hypothesis>=6"],
         "plot": ["matplotlib>=3.5"],
-        "bench": ["torch>=2.1", "torch_geometric>=2.4", "matplotlib>=3.5"],
+        "bench": ["torch==2.13.*", "torch_geometric>=2.4", "matplotlib>=3.5"],  # the checked torch
     },
     ext_modules=[
         Extension(

@@ -1,6 +1,7 @@
 """Per-epoch training time of the NGra models: ngra-tf against plain TensorFlow and PyG.
 
-    python tools/bench_models.py                        # NGra Table 2's four graphs, five models
+    python tools/bench_models.py                        # NGra Table 2's four graphs, seven models
+    python tools/bench_models.py --models=sage,gin      # GraphSAGE (mean) and GIN alone
     python tools/bench_models.py --graphs=reddit-small --models=gcn,ggcn --steps=7
     python tools/bench_models.py --ablation             # + schedules and rewrites on reddit-small
     python tools/bench_models.py --systems= --ablation --graphs=reddit-small   # the ablation alone
@@ -27,6 +28,11 @@ weights or edge types). Each cell is the median of --steps steps after
     PyG             torch_geometric on CPU (GCNConv, or MessagePassing with the same
                     message), when torch and torch_geometric are installed
 
+Both peers propagate the narrow side where the model is linear before its
+aggregation, as ngra-tf's compiler does: GraphSAGE's mean of (X W_l) and GIN's
+sum of (X W_1) (the first MLP layer moved before the sum), rather than
+aggregating input-wide rows as the stock SAGEConv / GINConv do.
+
 Ratios are fit / step (Keras's overhead), TF / fit and PyG / fit (above 1:
 ngra-tf through fit is faster than the peer's bare step) and P=4 / P=1.
 --plot=FILE.png draws the ratio table (needs matplotlib). Absolute times move with other load on a shared machine; the
@@ -44,8 +50,9 @@ from absl import app, flags
 from timing import median_ms  # tools/, the script's own directory
 
 FLAGS = flags.FLAGS
-MODELS = ("gcn", "commnet", "ggnn", "ggcn", "mpgcn")
-NAMES = {"gcn": "GCN", "commnet": "CommNet", "ggnn": "GG-NN", "ggcn": "G-GCN", "mpgcn": "MP-GCN"}
+MODELS = ("gcn", "commnet", "ggnn", "ggcn", "mpgcn", "sage", "gin")
+NAMES = {"gcn": "GCN", "commnet": "CommNet", "ggnn": "GG-NN", "ggcn": "G-GCN", "mpgcn": "MP-GCN", "sage": "GraphSAGE",
+         "gin": "GIN"}
 GRAPHS = ("pubmed", "protein", "blog", "reddit-small")
 flags.DEFINE_list("graphs", list(GRAPHS), "NGra Table 1 presets to run on, or cora.")
 flags.DEFINE_list("models", list(MODELS), "Models: " + ", ".join(MODELS) + ".")
@@ -104,6 +111,10 @@ def ngra_stack(model, hidden, classes):
         return [layers.MaxPoolGCN(hidden, activation="relu"), layers.MaxPoolGCN(classes)]
     if model == "ggcn":
         return [keras.layers.Dense(hidden), layers.GatedGCN(hidden, activation="relu"), layers.GatedGCN(classes)]
+    if model == "sage":
+        return [layers.GraphSAGE(hidden, activation="relu"), layers.GraphSAGE(classes)]
+    if model == "gin":
+        return [layers.GIN(hidden, train_eps=True, activation="relu"), layers.GIN(classes, hidden=hidden, train_eps=True)]
     return [keras.layers.Dense(hidden), layers.GGNN(hidden, 3), layers.GGNN(hidden, 3), keras.layers.Dense(classes)]
 
 
@@ -195,6 +206,17 @@ def plain_tf_model(work, hidden):
                 self.proj, self.out = dense(hidden, activation="relu"), dense(classes)
                 self.kernels = [self.add_weight(shape=(3, hidden, hidden)) for _ in range(2)]
                 self.grus = [keras.layers.GRUCell(hidden, reset_after=False) for _ in range(2)]
+            elif model in ("sage", "gin"):
+                degree = np.maximum(np.bincount(dst, minlength=n), 1).astype(np.float32)
+                self.a = sparse(1.0 / degree[dst] if model == "sage" else np.ones(g.num_edges))
+                if model == "sage":  # lin_l (with the bias) on the mean, lin_r on the root
+                    self.ls = [dense(hidden, use_bias=False), dense(classes, use_bias=False)]
+                    self.rs = [dense(hidden), dense(classes)]
+                else:  # GIN: MLP((1 + eps) x + A x), its first layer applied before the sum
+                    self.firsts = [dense(hidden, use_bias=False), dense(hidden, use_bias=False)]
+                    self.biases = [self.add_weight(shape=(hidden,)) for _ in range(2)]
+                    self.seconds = [dense(hidden), dense(classes)]
+                    self.eps = [self.add_weight(shape=(), initializer="zeros") for _ in range(2)]
             else:
                 self.src, self.dst = tf.constant(src), tf.constant(dst)
                 self.degree = tf.constant(g.in_degree()[:, None] > 0)
@@ -214,6 +236,18 @@ def plain_tf_model(work, hidden):
             if model == "commnet":
                 h = tf.nn.relu(self.h1(x) + tf.sparse.sparse_dense_matmul(self.a, self.w1(x)) + self.b1)
                 return self.h2(h) + tf.sparse.sparse_dense_matmul(self.a, self.w2(h)) + self.b2
+            if model == "sage":
+                h = x
+                for lin_l, lin_r, act in zip(self.ls, self.rs, (tf.nn.relu, tf.identity)):
+                    h = act(tf.sparse.sparse_dense_matmul(self.a, lin_l(h)) + lin_r(h))
+                return h
+            if model == "gin":
+                h = x
+                for first, bias, second, eps, act in zip(self.firsts, self.biases, self.seconds, self.eps,
+                                                         (tf.nn.relu, tf.identity)):
+                    z = first(h)
+                    h = act(second(tf.nn.relu((1 + eps) * z + tf.sparse.sparse_dense_matmul(self.a, z) + bias)))
+                return h
             if model == "ggnn":
                 h = self.proj(x)
                 for kernels, gru in zip(self.kernels, self.grus):
@@ -259,9 +293,9 @@ def pyg_step(work, hidden):
     g, classes = work.graph, work.num_classes
     edge_index = torch.from_numpy(np.stack([g.src, g.dst]).astype(np.int64))
 
-    class Sum(MessagePassing):  # sum of the source rows (CommNet, GG-NN per type)
-        def __init__(self):
-            super().__init__(aggr="add")
+    class Sum(MessagePassing):  # sum (or mean) of the source rows (CommNet, GG-NN per type, GIN, GraphSAGE)
+        def __init__(self, aggr="add"):
+            super().__init__(aggr=aggr)
 
         def forward(self, x, edge_index):
             return self.propagate(edge_index, x=x)
@@ -311,6 +345,15 @@ def pyg_step(work, hidden):
                 self.proj = nn.Linear(width, hidden)
                 self.gates = nn.ModuleList([Gated(hidden), Gated(hidden)])
                 self.outs = nn.ModuleList([nn.Linear(hidden, hidden), nn.Linear(hidden, classes)])
+            elif model == "sage":  # SAGEConv's lin_l moved before the mean (linear, so the same)
+                self.sum = Sum("mean")
+                self.ls = nn.ModuleList([nn.Linear(width, hidden, bias=False), nn.Linear(hidden, classes, bias=False)])
+                self.rs = nn.ModuleList([nn.Linear(width, hidden), nn.Linear(hidden, classes)])
+            elif model == "gin":  # GINConv(train_eps=True) with the MLP's first Linear moved before the sum
+                self.sum = Sum()
+                self.firsts = nn.ModuleList([nn.Linear(width, hidden), nn.Linear(hidden, hidden)])
+                self.seconds = nn.ModuleList([nn.Linear(hidden, hidden), nn.Linear(hidden, classes)])
+                self.eps = nn.Parameter(torch.zeros(2))
             else:
                 self.pools = nn.ModuleList([MaxPool(width, hidden), MaxPool(hidden, classes)])
                 self.outs = nn.ModuleList([nn.Linear(hidden, hidden), nn.Linear(classes, classes)])
@@ -328,6 +371,17 @@ def pyg_step(work, hidden):
                     accum = sum(self.sum(h @ kernels[t], e) for t, e in enumerate(self.typed))
                     h = gru(accum, h)
                 return self.out(h)
+            if model == "sage":
+                h = x
+                for lin_l, lin_r, act in zip(self.ls, self.rs, (torch.relu, lambda t: t)):
+                    h = act(self.sum(lin_l(h), edge_index) + lin_r(h))
+                return h
+            if model == "gin":
+                h = x
+                for i, (first, second, act) in enumerate(zip(self.firsts, self.seconds, (torch.relu, lambda t: t))):
+                    z = h @ first.weight.T
+                    h = act(second(torch.relu((1 + self.eps[i]) * z + self.sum(z, edge_index) + first.bias)))
+                return h
             if model == "ggcn":
                 h = self.proj(x)
                 for gate, out, act in zip(self.gates, self.outs, (torch.relu, lambda t: t)):

@@ -13,7 +13,11 @@ P chosen by tools/partition_graph.py for --convert_budget (chunks keep their
 size as the graph grows, as in NGra).
 
 Fig. 15 (the default): GCN (model.fit, no validation) from each store in
-these configurations (--configs):
+these configurations (--configs), or with --model a functional recipe
+(resgcn with --depth graph layers, appnp with --k steps, jknet) built as
+ngra_tf.recipes builds it, without dropout or weight decay:
+
+    python tools/bench_streaming.py --store=/tmp/rm16.store --model=resgcn --depth=16 --hidden=64 --configs=NG,in-memory
 
     NG-base     chunked, explicit loads and spills, no overlap, no fusion (rewrites off)
     NG-stream   + a loop's next step (its reads) may start while the current one computes
@@ -78,7 +82,11 @@ flags.DEFINE_string("convert_budget", "64MB", "Memory budget the converter picks
                     "size).")
 flags.DEFINE_string("memory_budget", None, "Training memory budget of the store-backed configurations (default: "
                     "none; the stores are on disk anyway). A budget too small for the host tier spills to disk.")
-flags.DEFINE_integer("hidden", 128, "GCN hidden units.", lower_bound=1)
+flags.DEFINE_integer("hidden", 128, "Hidden units.", lower_bound=1)
+flags.DEFINE_enum("model", "gcn", ["gcn", "resgcn", "appnp", "jknet"], "The model: NGra's 2-layer GCN, or a functional "
+                  "recipe of ngra_tf.recipes (built with --hidden, --depth and --k, without dropout or weight decay).")
+flags.DEFINE_integer("depth", 16, "With --model=resgcn or jknet: graph layers.", lower_bound=2)
+flags.DEFINE_integer("k", 10, "With --model=appnp: propagation steps.", lower_bound=1)
 flags.DEFINE_integer("epochs", 3, "Timed epochs per cell, after the first (reported apart).", lower_bound=1)
 flags.DEFINE_string("work_dir", "/tmp/ngra-bench-streaming", "Where the stores are written (reused when present).")
 flags.DEFINE_string("store", None, "Time an existing store (tools/partition_graph.py --prepare=gcn) instead of "
@@ -237,14 +245,12 @@ def time_config(store, config: dict, memory_inputs=None) -> dict:
     keras.backend.clear_session()
     gc.collect()
     keras.utils.set_random_seed(0)
-    layers = [ngra_tf.layers.GCN(FLAGS.hidden, activation="relu"), ngra_tf.layers.GCN(store.num_classes())]
     schedule = config.get("schedule", "ngra")
     if config.get("memory"):
         graph, features, labels, mask = memory_inputs()
-        model = ngra_tf.GraphModel(graph, layers, chunks=store.num_parts, schedule=schedule,
-                                   rewrites=config["rewrites"])
+        model = make_model(store, graph, chunks=store.num_parts, schedule=schedule, rewrites=config["rewrites"])
     else:
-        model = ngra_tf.GraphModel(store, layers, schedule=schedule, memory_budget=FLAGS.memory_budget,
+        model = make_model(store, store, schedule=schedule, memory_budget=FLAGS.memory_budget,
                                    overlap=config["overlap"], rewrites=config["rewrites"],
                                    spill=config.get("spill", FLAGS.spill),
                                    selective=config.get("selective", FLAGS.selective))
@@ -254,8 +260,32 @@ def time_config(store, config: dict, memory_inputs=None) -> dict:
     model.fit(features, labels, sample_weight=mask, epochs=FLAGS.epochs + 1, verbose=0, callbacks=[timer])
     cell = summarize(timer.epochs)
     if model.store is not None:
-        cell["host_tier"] = model.memory_plan().host
+        plan = model.memory_plan()
+        cell["host_tier"], cell["smallest_budget"] = plan.host, plan.working_set
     return cell
+
+
+def make_model(store, source, **options):
+    """--model over `source` (the store, or its graph in memory)."""
+    import dataclasses  # noqa: PLC0415
+
+    import ngra_tf  # noqa: PLC0415
+    from ngra_tf import recipes  # noqa: PLC0415
+
+    if FLAGS.model == "gcn":
+        layers = [ngra_tf.layers.GCN(FLAGS.hidden, activation="relu"), ngra_tf.layers.GCN(store.num_classes())]
+        return ngra_tf.GraphModel(source, layers, **options)
+    recipe = dataclasses.replace(recipes.RECIPES[FLAGS.model], dropout=0.0, weight_decay=0.0)
+    width = int(math.prod(store.vertex_spec("features")[0]))
+    return recipes.build_model(FLAGS.model, source, store.num_classes(), hidden=FLAGS.hidden, recipe=recipe,
+                               num_features=width, depth=FLAGS.depth, k=FLAGS.k, **options)
+
+
+def model_label() -> str:
+    if FLAGS.model == "gcn":
+        return f"GCN ({FLAGS.hidden} hidden)"
+    shape = f"K={FLAGS.k}" if FLAGS.model == "appnp" else f"{FLAGS.depth} graph layers"
+    return f"{FLAGS.model} ({shape}, {FLAGS.hidden} hidden)"
 
 
 def memory_loader(store):
@@ -310,7 +340,7 @@ def run_cell(store, config, memory_inputs=None):
 def fig15(copies, results):
     configs = [name for name in CONFIGS if name in FLAGS.configs]
     timed = [name for name in ("NG-base", "NG-stream", "NG", "in-memory", "NG-serial") if name in configs]
-    print(f"NGra Fig. 15: GCN ({FLAGS.hidden} hidden) per epoch in seconds: the median of {FLAGS.epochs} epoch(s) "
+    print(f"NGra Fig. 15: {model_label()} per epoch in seconds: the median of {FLAGS.epochs} epoch(s) "
           f"after the first, and [the first epoch, incl. tracing and graph building]", flush=True)
     head = " ".join(f"{name:>18}" for name in timed)
     print(f"{'graph':>18} {'V':>8} {'E':>10} {'P':>3} | {head} | {'stream/base':>11} {'NG/base':>8} "
@@ -348,7 +378,8 @@ def fig15(copies, results):
             print(f"  {name}: per steady epoch h2d {fmt_mib(copied.get('h2d'))} MiB, d2h {fmt_mib(copied.get('d2h'))}"
                   f" MiB; process read() {fmt_mib(io.get('rchar'))} MiB, write() {fmt_mib(io.get('wchar'))} MiB, "
                   f"disk read {fmt_mib(io.get('read_bytes'))} MiB, disk write {fmt_mib(io.get('write_bytes'))} MiB"
-                  + (f"; host tier {cell['host_tier']}" if "host_tier" in cell else "")
+                  + (f"; host tier {cell['host_tier']}, smallest budget {fmt_mib(cell['smallest_budget'])} MiB"
+                     if "host_tier" in cell else "")
                   + f"; final loss {cell['loss'][-1]:.4f}", flush=True)
         if vs_memory is not None:
             verdict = "within" if vs_memory <= GOAL_VS_MEMORY else "MORE than"

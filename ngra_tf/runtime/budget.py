@@ -7,7 +7,9 @@ sums what each kind of step holds on the device tier (the memory the budget
 bounds: a GPU's, or here the process's RAM) and what the host tier keeps
 between steps. The estimate is
 
-    STEP_FACTOR x largest step + RESIDENT_FACTOR x resident + RUNTIME_OVERHEAD
+    STEP_FACTOR x largest step + RESIDENT_FACTOR x resident + runtime
+
+where the runtime is RUNTIME_BASE plus RUNTIME_PER_GRAPH_LAYER for each graph layer
 
 and the host tier is host memory when what it keeps fits beside that, a
 spill directory otherwise. A budget below the estimate fails before any work,
@@ -27,10 +29,13 @@ from ngra_tf.runtime.loops import PARALLEL_STEPS
 from ngra_tf.runtime.resident import format_bytes
 from ngra_tf.runtime.stages import INPUT
 
-# What the runtime adds once training starts, whatever the graph: the traced train function and its loops,
-# Keras's fit machinery, TensorFlow's kernel caches and thread pools (134-144 MiB measured on a tiny store;
-# the rest is a margin for the spill files' write buffers).
-RUNTIME_OVERHEAD = 150 * 2**20
+# What the runtime adds once training starts, whatever the graph: Keras's fit machinery, TensorFlow's kernel caches
+# and thread pools, a margin for the spill files' write buffers (RUNTIME_BASE); and for each graph layer its traced
+# chunk loops (FuncGraphs, their gradient functions, instantiated kernels: about 60 functions a layer, whatever P).
+# Measured above the baseline on a tiny store (reddit-small x 0.1, P=4, hidden 32): 162 MiB for the 2-layer GCN,
+# a residual GCN 168 MiB at 2 graph layers, 293 at 4, 581 at 8, so ~70 MiB a layer.
+RUNTIME_BASE = 10 * 2**20
+RUNTIME_PER_GRAPH_LAYER = 70 * 2**20
 # What the counts below miss, fitted to measured peaks: tape temporaries and the allocator's pools for blocks of
 # many sizes (STEP_FACTOR), and copies the executor makes of resident tensors (RESIDENT_FACTOR).
 RESIDENT_FACTOR = 1.1
@@ -61,7 +66,9 @@ class Plan:
         self.num_devices = len(executor.lanes)
         self.steps, self.resident, self.kept, self.shared_rows, self.summary = self._estimate()
         self.largest = max(self.steps, key=lambda step: step[1])
-        self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + RUNTIME_OVERHEAD
+        graph_layers = sum(stage.graph_layer is not None for stage in executor.stages)
+        self.runtime = RUNTIME_BASE + RUNTIME_PER_GRAPH_LAYER * graph_layers
+        self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + self.runtime
         self.host = "memory" if budget is None or self.working_set + self.kept <= budget else "disk"
 
     def check(self):
@@ -74,7 +81,8 @@ class Plan:
                 f"memory budget {format_bytes(self.budget)} ({self.budget} bytes){per_device} is too small for "
                 f"{self.store.path} at P={self.store.num_parts}: its largest step ({self.largest[0]}) needs "
                 f"{format_bytes(self.largest[1])} ({STEP_FACTOR}x that with its temporaries), "
-                f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(RUNTIME_OVERHEAD)}; "
+                f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(self.runtime)} "
+                f"(its traced loops grow with the graph layers); "
                 f"the smallest budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), "
                 f"or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...){more_devices}")
 
@@ -86,7 +94,7 @@ class Plan:
         lines += [f"  {line}" for line in self.summary]
         lines.append(f"  working set (estimate){per_device}: {format_bytes(self.working_set)} = {STEP_FACTOR} x "
                      f"largest step ({self.largest[0]}) {format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x "
-                     f"resident {format_bytes(self.resident)} + runtime {format_bytes(RUNTIME_OVERHEAD)}")
+                     f"resident {format_bytes(self.resident)} + runtime {format_bytes(self.runtime)}")
         budget = "none" if self.budget is None else format_bytes(self.budget)
         tier = "host memory" if self.host == "memory" else "a spill directory on disk"
         lines.append(f"  memory budget {budget}{per_device}: the host tier keeps up to {format_bytes(self.kept)}, "
@@ -184,4 +192,4 @@ def _live_gradients(stages, specs) -> int:
     return most
 
 
-__all__ = ["MemoryBudgetError", "Plan", "RESIDENT_FACTOR", "RUNTIME_OVERHEAD", "STEP_FACTOR"]
+__all__ = ["MemoryBudgetError", "Plan", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER", "STEP_FACTOR"]

@@ -57,3 +57,22 @@ def test_ablation_alone():
     row = next(line for line in done.stdout.splitlines() if line.startswith("| G-GCN |"))
     cells = [c.strip() for c in row.strip("|").split("|")][1:]
     assert len(cells) == 7 and all(float(c) > 0 for c in cells), row
+
+
+def test_sage_and_gin_rows_against_both_peers():
+    systems = "fit,ngra1,tf" + (",pyg" if _pyg_installed() else "")
+    done = run("--graphs=pubmed", "--models=sage,gin", f"--systems={systems}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    for name in ("GraphSAGE", "GIN"):
+        row = next(line for line in done.stdout.splitlines() if line.startswith(f"| {name} | pubmed"))
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        measured = (2, 4, 6, 7) if "pyg" in systems else (2, 4, 6)
+        assert all(float(cells[i]) > 0 for i in measured), row
+
+
+def _pyg_installed():
+    try:
+        import torch_geometric  # noqa: F401, PLC0415
+    except ImportError:
+        return False
+    return True
