@@ -45,11 +45,13 @@ RECIPES = {
     "ggcn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
     "ggnn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
     "gat": Recipe(8, 0.005, 1000, 5e-4, 0.6, 100),
-    "sage": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
-    "gin": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
-    "appnp": Recipe(64, 0.01, 200, 5e-3, 0.5, None),
-    "resgcn": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
-    "jknet": Recipe(64, 0.01, 200, 5e-4, 0.5, None),
+    # Up to 400 epochs, stopped 50 after the best validation loss (its weights restored): on Cora each gains 1-2
+    # points over 200 fixed epochs (README, Accuracy on Cora).
+    "sage": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
+    "gin": Recipe(64, 0.005, 400, 5e-4, 0.6, 50),  # the sum aggregator is noisier: smaller steps, more dropout
+    "appnp": Recipe(64, 0.01, 400, 5e-3, 0.5, 50),
+    "resgcn": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
+    "jknet": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
 }
 # Models over GCN's normalised adjacency (edge weights), and those over the plain symmetric graph without self
 # loops (their root or eps term is the vertex's own row).

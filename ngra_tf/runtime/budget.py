@@ -9,7 +9,7 @@ between steps. The estimate is
 
     STEP_FACTOR x largest step + RESIDENT_FACTOR x resident + runtime
 
-where the runtime is RUNTIME_BASE plus RUNTIME_PER_GRAPH_LAYER for each graph layer
+where the runtime is RUNTIME_BASE plus RUNTIME_PER_GRAPH_LAYER for each graph layer past two
 
 and the host tier is host memory when what it keeps fits beside that, a
 spill directory otherwise. A budget below the estimate fails before any work,
@@ -29,13 +29,14 @@ from ngra_tf.runtime.loops import PARALLEL_STEPS
 from ngra_tf.runtime.resident import format_bytes
 from ngra_tf.runtime.stages import INPUT
 
-# What the runtime adds once training starts, whatever the graph: Keras's fit machinery, TensorFlow's kernel caches
-# and thread pools, a margin for the spill files' write buffers (RUNTIME_BASE); and for each graph layer its traced
-# chunk loops (FuncGraphs, their gradient functions, instantiated kernels: about 60 functions a layer, whatever P).
-# Measured above the baseline on a tiny store (reddit-small x 0.1, P=4, hidden 32): 162 MiB for the 2-layer GCN,
-# a residual GCN 168 MiB at 2 graph layers, 293 at 4, 581 at 8, so ~70 MiB a layer.
-RUNTIME_BASE = 10 * 2**20
-RUNTIME_PER_GRAPH_LAYER = 70 * 2**20
+# What the runtime adds once training starts: Keras's fit machinery, TensorFlow's kernel caches and thread pools,
+# a margin for the spill files' write buffers, and a model's traced chunk loops (FuncGraphs, their gradient
+# functions, instantiated kernels: about 60 functions a graph layer, whatever P). RUNTIME_BASE covers models of up
+# to two graph layers (134-144 MiB measured on a tiny store); each further one adds RUNTIME_PER_GRAPH_LAYER,
+# fitted to peaks measured at the smallest budget: a residual GCN of 4, 6, 8 and 16 graph layers on reddit-small
+# x 0.1 (P=4, ~70 MiB a layer) and of 4 and 16 on reddit-middle (P=16, hidden 64: 1.87 GiB at 16 layers, ~90).
+RUNTIME_BASE = 150 * 2**20
+RUNTIME_PER_GRAPH_LAYER = 90 * 2**20
 # What the counts below miss, fitted to measured peaks: tape temporaries and the allocator's pools for blocks of
 # many sizes (STEP_FACTOR), and copies the executor makes of resident tensors (RESIDENT_FACTOR).
 RESIDENT_FACTOR = 1.1
@@ -67,7 +68,7 @@ class Plan:
         self.steps, self.resident, self.kept, self.shared_rows, self.summary = self._estimate()
         self.largest = max(self.steps, key=lambda step: step[1])
         graph_layers = sum(stage.graph_layer is not None for stage in executor.stages)
-        self.runtime = RUNTIME_BASE + RUNTIME_PER_GRAPH_LAYER * graph_layers
+        self.runtime = RUNTIME_BASE + RUNTIME_PER_GRAPH_LAYER * max(0, graph_layers - 2)
         self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + self.runtime
         self.host = "memory" if budget is None or self.working_set + self.kept <= budget else "disk"
 
