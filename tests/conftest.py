@@ -21,7 +21,9 @@ THINNED = {
     # each functional model in one mode (the full 4 x 11 matrix in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
         "resgcn-memory-P3-ngra", "appnp-store-P3-spill", "jknet-devices-ring", "sage-store-P4-recompute-disk"},
-    "tests/runtime/test_functional_models.py::test_save_and_load": {"appnp-store"},
+    "tests/runtime/test_functional_models.py::test_save_and_load": {"resgcn-store"},
+    # train.py with a sequential, an attention, a functional and a new layer's recipe (every recipe in test-slow)
+    "tests/layers/test_training.py::test_example_train_once_on_synthetic_preset": {"gcn", "gat", "jknet", "gin"},
     "tests/runtime/test_functional_models.py::test_dropout_draws_do_not_change_with_p": {"resgcn"},
     # one case per store configuration (P, format, spill policy, host tier), each with another model
     "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {
@@ -52,6 +54,7 @@ SLOW = {
     "tests/runtime/test_stream_ring.py::test_the_budget_is_per_device",
     "tests/graph/test_graph_properties.py::test_views_and_partition_invariants",
     "tests/tools/test_bench_models.py::test_cora",
+    "tests/runtime/test_functional_models.py::test_tf_function_gradients_of_a_functional_model_match_plain_keras",
     "tests/tools/test_bench_models.py::test_sage_and_gin_rows_against_both_peers",
     "tests/tools/test_bench_kernels.py::test_smallest_case_table_and_plot",
     "tests/parallel/test_cluster.py::test_bad_cluster_flags",
