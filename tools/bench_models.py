@@ -207,7 +207,7 @@ def plain_tf_model(work, hidden):
                 self.kernels = [self.add_weight(shape=(3, hidden, hidden)) for _ in range(2)]
                 self.grus = [keras.layers.GRUCell(hidden, reset_after=False) for _ in range(2)]
             elif model in ("sage", "gin"):
-                degree = np.maximum(np.bincount(dst, minlength=n), 1).astype(np.float32)
+                degree = np.maximum(g.in_degree(), 1).astype(np.float32)
                 self.a = sparse(1.0 / degree[dst] if model == "sage" else np.ones(g.num_edges))
                 if model == "sage":  # lin_l (with the bias) on the mean, lin_r on the root
                     self.ls = [dense(hidden, use_bias=False), dense(classes, use_bias=False)]
