@@ -2,7 +2,7 @@
 
     python examples/train.py --model=gcn --dataset=cora --epochs=200 --hidden=16 --lr=0.01
 
-Models: gcn, commnet, mpgcn, ggcn, ggnn, gat, sage, gin, appnp, resgcn, jknet (ngra_tf.recipes). Datasets: cora
+Models: gcn, commnet, mpgcn, ggcn, ggnn, gat, sage, gin, appnp, resgcn, jknet, rgcn (ngra_tf.recipes). Datasets: cora
 (the Planetoid split shipped with ngra_tf) or a synthetic preset shaped like NGra's
 Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
 labels. --profile_dir writes a TensorBoard profile of a few training steps;
@@ -71,6 +71,10 @@ flags.DEFINE_integer("patience", None, "Early-stopping patience on validation lo
 flags.DEFINE_integer("depth", None, "Graph layers of resgcn (default 4) and jknet (default 3).", lower_bound=2)
 flags.DEFINE_integer("k", 10, "APPNP's propagation steps.", lower_bound=1)
 flags.DEFINE_float("alpha", 0.1, "APPNP's teleport probability.", lower_bound=0, upper_bound=1)
+flags.DEFINE_float("attention_dropout", None, "GAT's dropout on the attention weights (default: --dropout). At 0 "
+                   "the attention fuses into one kernel per chunk (online softmax), which trains from a store with "
+                   "chunk-sized steps; dropout per edge is not element-wise and runs the column-wide softmax instead.",
+                   lower_bound=0, upper_bound=1)
 flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks.",
                      lower_bound=1)
 flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps (NGra §6.2): ngra (column by "
@@ -201,7 +205,7 @@ def train_once(inputs, seed):
                        selective=FLAGS.selective)
     model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe,
                                 num_features=inputs.features.shape[-1], depth=FLAGS.depth, k=FLAGS.k,
-                                alpha=FLAGS.alpha, **options)
+                                alpha=FLAGS.alpha, attention_dropout=FLAGS.attention_dropout, **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features, labels = inputs.features, inputs.labels
@@ -274,7 +278,8 @@ def validate_flags():
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
     if FLAGS.history_json and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.history_json))):
         raise app.UsageError(f"--history_json: no directory {os.path.dirname(os.path.abspath(FLAGS.history_json))}")
-    for name, models in (("depth", ("resgcn", "jknet")), ("k", ("appnp",)), ("alpha", ("appnp",))):
+    for name, models in (("depth", ("resgcn", "jknet")), ("k", ("appnp",)), ("alpha", ("appnp",)),
+                         ("attention_dropout", ("gat",))):
         if FLAGS[name].present and FLAGS.model not in models:
             raise app.UsageError(f"--{name} applies to --model={' or '.join(models)}, not {FLAGS.model}")
     if FLAGS.store is None:
@@ -283,8 +288,9 @@ def validate_flags():
                 raise app.UsageError(f"--{name} applies to training from a store: add --store=DIR")
     elif FLAGS["dataset"].present:
         raise app.UsageError("--dataset and --store both name the data: give one")
-    elif FLAGS.model == "ggnn":
-        raise app.UsageError("--store: ggnn needs edge types, which tools/partition_graph.py does not prepare yet")
+    elif FLAGS.model in ("ggnn", "rgcn"):
+        raise app.UsageError(f"--store: {FLAGS.model} needs edge types, which tools/partition_graph.py does not "
+                             "prepare yet")
     if FLAGS.devices is None and FLAGS.cluster is None:
         for name in ("placement", "topology"):
             if FLAGS[name].present:

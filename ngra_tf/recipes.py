@@ -52,6 +52,7 @@ RECIPES = {
     "appnp": Recipe(64, 0.01, 400, 5e-3, 0.5, 50),
     "resgcn": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
     "jknet": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
+    "rgcn": Recipe(16, 0.01, 400, 5e-4, 0.5, 50),  # relations: GG-NN's three directions
 }
 # Models over GCN's normalised adjacency (edge weights), and those over the plain symmetric graph without self
 # loops (their root or eps term is the vertex's own row).
@@ -65,8 +66,8 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
     """The graph a model runs over: symmetrised, with self loops, and the edge
     data its layers read (GCN weights for gcn, edge types for ggnn)."""
     _check_name(model)
-    if model == "ggnn":
-        # Keep direction as an edge type instead of erasing it.
+    if model in ("ggnn", "rgcn"):
+        # Keep direction as an edge type instead of erasing it (R-GCN: a relation, and its normalisation).
         plain = graph.remove_self_loops().remove_duplicates()
         n = graph.num_vertices
         loops = np.arange(n)
@@ -75,7 +76,8 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
         dst = np.concatenate([forward.dst, forward.src, loops])
         types = np.concatenate([np.full(plain.num_edges, FORWARD), np.full(plain.num_edges, REVERSE),
                                 np.full(n, SELF_LOOP)]).astype(np.int32)
-        return Graph.from_edges(src, dst, n, edge_data=types)
+        typed = Graph.from_edges(src, dst, n, edge_data=types)
+        return typed if model == "ggnn" else typed.with_edge_data(layers.relational_edge_data(typed, types))
     plain = graph.symmetrize().remove_self_loops()
     if model in NO_SELF_LOOPS:
         return Graph(plain.adjacency, None, plain.edge_order)
@@ -87,12 +89,13 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
 
 def build_model(model: str, graph, num_classes: int, hidden: int | None = None, recipe: Recipe | None = None,
                 num_features: int | None = None, depth: int | None = None, k: int = 10, alpha: float = 0.1,
-                **options) -> GraphModel:
+                attention_dropout: float | None = None, **options) -> GraphModel:
     """A classifier producing logits (hidden: the recipe's by default).
 
     num_features (the input width) is needed by the functional models (resgcn, jknet, appnp) when `graph`
     is a Graph; a store knows it. depth: graph layers of resgcn (4) and jknet (3); k, alpha: APPNP's
-    propagation steps and teleport probability. options go to GraphModel: chunks, schedule, rewrites, ...
+    propagation steps and teleport probability; attention_dropout: GAT's on the attention weights (default: the
+    recipe's dropout; at 0 the attention fuses, see GAT). options go to GraphModel: chunks, schedule, rewrites, ...
     """
     _check_name(model)
     recipe = recipe or RECIPES[model]
@@ -123,13 +126,18 @@ def build_model(model: str, graph, num_classes: int, hidden: int | None = None, 
         # The gates are square in the input width: project the features first.
         stack = [keras.layers.Dense(hidden, activation="relu", kernel_regularizer=l2),
                  layers.GatedGCN(hidden, activation="relu"), layers.GatedGCN(num_classes)]
+    elif model == "rgcn":
+        relations = len((FORWARD, REVERSE, SELF_LOOP))
+        stack = [layers.RGCN(hidden, relations, activation="relu", kernel_regularizer=l2),
+                 layers.RGCN(num_classes, relations)]
     elif model == "ggnn":
         stack = [keras.layers.Dense(hidden, activation="relu", kernel_regularizer=l2),
                  layers.GGNN(hidden, num_edge_types=3), layers.GGNN(hidden, num_edge_types=3),
                  keras.layers.Dense(num_classes)]
     else:  # gat
-        stack = [layers.GAT(hidden, heads=8, activation="elu", attention_dropout=drop, kernel_regularizer=l2),
-                 layers.GAT(num_classes, heads=1, concat_heads=False, attention_dropout=drop,
+        attention = drop if attention_dropout is None else attention_dropout
+        stack = [layers.GAT(hidden, heads=8, activation="elu", attention_dropout=attention, kernel_regularizer=l2),
+                 layers.GAT(num_classes, heads=1, concat_heads=False, attention_dropout=attention,
                             kernel_regularizer=l2)]
     # Dropout before every graph layer (Kipf & Welling; Velickovic et al.).
     with_dropout = []

@@ -9,6 +9,14 @@ bandwidth and the ratio of the best peer's time to each system's.
 
 Effective GB/s counts the bytes a kernel without cache reuse must move:
 per edge its index, its weight and the gathered row of X, plus the output.
+
+    python tools/bench_kernels.py --programs            # specialised programs against edge code
+
+--programs times each specialised fused_gather program (copy_src, the G-GCN
+gates, ...) against the same edge stage as generic edge code
+(ngra_tf.ops.edge_code), forward and forward + backward, on the
+reddit-small-like graph: the compiler keeps a specialised kernel only where
+it is faster (ngra_tf.compiler.program.SPECIALISED).
 """
 
 from __future__ import annotations
@@ -28,6 +36,8 @@ flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the
 flags.DEFINE_bool("reddit", True, "Also run the two reddit-small-like power-law graphs.")
 flags.DEFINE_bool("torch", True, "Include torch.sparse.mm when torch is installed.")
 flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs matplotlib).")
+flags.DEFINE_bool("programs", False, "Only compare the specialised fused_gather programs with edge code.")
+flags.DEFINE_integer("width", 128, "Features per row for --programs.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 NGRA = ("ngra fused_gather", "ngra scatter-mul-gather")
@@ -136,8 +146,99 @@ def run_case(label, graph, width, backward):
     return times
 
 
+def program_cases(width):
+    """(template program, its operands, the same stage as EdgeCode) for each specialised program."""
+    from ngra_tf.ops.edge_code import EdgeCode  # noqa: PLC0415
+
+    rows = np.arange(width, dtype=np.int32)
+    one, two, three = rows[None], np.stack([rows, rows + width]), np.stack([rows, rows + width, rows])
+
+    def code(instructions, tables, value, constants=()):
+        return EdgeCode(tuple(instructions), tuple(constants), tables, value)
+
+    gate = lambda act: code([("load_src", 0, 0, -1), ("load_dst", 2, 0, -1), ("add", 0, 1, -1), (act, 2, 0, -1),
+                             ("load_src", 1, 0, -1), ("mul", 3, 4, -1)], three, 5)
+    return {
+        "copy_src": ("s", code([("load_src", 0, 0, -1)], one, 0)),
+        "src_mul_edge": ("sw", code([("load_src", 0, 0, -1), ("load_edge", 1, 0, -1), ("mul", 0, 1, -1)],
+                                    np.stack([rows, np.zeros_like(rows)]), 2)),
+        "src_add_dst": ("sd", code([("load_src", 0, 0, -1), ("load_dst", 0, 0, -1), ("add", 0, 1, -1)], one, 2)),
+        "src_mul_dst": ("sd", code([("load_src", 0, 0, -1), ("load_dst", 0, 0, -1), ("mul", 0, 1, -1)], one, 2)),
+        "gate_sigmoid": ("gd", gate("sigmoid")),
+        "gate_tanh": ("gd", gate("tanh")),
+        "gate_relu": ("gd", gate("relu")),
+        "type_select": ("t", EdgeCode((("load_src_typed", 0, width, -1),), (), one, 0)),
+    }
+
+
+def run_programs(graph, width):
+    """Each specialised program against its edge code, forward and forward + backward."""
+    from ngra_tf.ops import edge_code as ec  # noqa: PLC0415
+
+    rng = np.random.default_rng(0)
+    n, e = graph.num_vertices, graph.num_edges
+    x = tf.constant(rng.standard_normal((n, width), dtype=np.float32))
+    gates = tf.constant(rng.standard_normal((n, 2, width), dtype=np.float32))
+    typed = tf.constant(rng.standard_normal((n, 3, width), dtype=np.float32))
+    weight = tf.constant(rng.random(e, dtype=np.float32))
+    types = tf.constant(rng.integers(0, 3, e).astype(np.int32))
+    adjacency = graph.adjacency
+    print(f"\nSpecialised fused_gather programs against edge code: {n} vertices, {e} edges, d = {width} "
+          f"(median ms of {FLAGS.repeats})")
+    print("\n| program | template fwd | code fwd | code / template | template fwd+bwd | code fwd+bwd | "
+          "code / template |")
+    print("|---|---|---|---|---|---|---|")
+    for name, (kind, code) in program_cases(width).items():
+        if kind == "s":
+            operands, template = [x], dict(x_src=x)
+            code_args = dict(x_src=x)
+        elif kind == "sw":
+            operands, template = [x], dict(x_src=x, edge_data=weight)
+            code_args = dict(x_src=x, edge_data=weight[:, None])
+        elif kind == "sd":
+            operands, template = [x], dict(x_src=x, x_dst=x)
+            code_args = dict(x_src=x, x_dst=x)
+        elif kind == "gd":
+            operands, template = [gates], dict(x_src=gates, x_dst=x)
+            code_args = dict(x_src=tf.reshape(gates, [n, 2 * width]), x_dst=x)
+        else:
+            operands, template = [typed], dict(x_src=typed, edge_data=types)
+            code_args = dict(x_src=tf.reshape(typed, [n, 3 * width]), edge_type=types)
+        forwards = {"template": lambda **a: ngra_tf.ops.fused_gather(adjacency, program=name, **a),
+                    "code": lambda **a: ec.edge_code_gather(adjacency, code, **a)}
+        args = {"template": template, "code": code_args}
+        want = forwards["template"](**template).numpy().reshape(n, -1)
+        got = forwards["code"](**code_args).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
+        times = {system: _program_times(forward, args[system], n, width, rng) for system, forward in forwards.items()}
+        (tf_, tb), (cf, cb) = times["template"], times["code"]
+        print(f"| {name} | {tf_:.1f} | {cf:.1f} | {cf / tf_:.2f}x | {tb:.1f} | {cb:.1f} | {cb / tb:.2f}x |",
+              flush=True)
+
+
+def _program_times(forward, args, n, width, rng):
+    """(forward ms, forward + backward ms) of forward(**args); the backward is d x_src."""
+    upstream = tf.constant(rng.standard_normal((n, width), dtype=np.float32))
+
+    @tf.function
+    def fwd():
+        return forward(**args)
+
+    @tf.function
+    def both():
+        with tf.GradientTape() as tape:
+            tape.watch(args["x_src"])
+            out = tf.reshape(forward(**args), [n, width])
+        return out, tape.gradient(out, args["x_src"], output_gradients=upstream)
+
+    return median_ms(fwd, FLAGS.repeats), median_ms(both, FLAGS.repeats)
+
+
 def main(argv):
     del argv
+    if FLAGS.programs:
+        run_programs(power_law_graph(46_600, 1_400_000, seed=0), FLAGS.width)
+        return
     print(f"TensorFlow {tf.__version__}, intra-op threads: "
           f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}; "
           f"op library: {ngra_tf.ops.library_path()}")

@@ -35,6 +35,15 @@ aggregating input-wide rows as the stock SAGEConv / GINConv do.
 
 Ratios are fit / step (Keras's overhead), TF / fit and PyG / fit (above 1:
 ngra-tf through fit is faster than the peer's bare step) and P=4 / P=1.
+--variants (on the last of --graphs, reddit-small by default) times edge stages a user
+might write (tools/user_layers.py: a tanh-difference gate, an edge-weighted gate, an
+exp/div score, a leaky-relu message) against the closest built-in model (G-GCN, whose
+gate is a specialised kernel), each fused as edge code and unfused (hoisting only: the
+per-edge path a stage took before it could fuse), and GAT with its attention fused
+(online softmax) and unfused (the column-wide softmax): model.fit's epoch (median of
+--epochs after the first) and the peak resident memory, every cell in a subprocess of
+its own so that peaks compare.
+
 --plot=FILE.png draws the ratio table (needs matplotlib). Absolute times move with other load on a shared machine; the
 ratios come from one run.
 """
@@ -68,6 +77,8 @@ flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs ma
 flags.DEFINE_bool("ablation", False, "Also time the three schedules (P=4) and the rewrites (P=1) "
                   "on the last graph.")
 flags.DEFINE_bool("quick", False, "One warm-up and two timed steps (a smoke run).")
+flags.DEFINE_bool("variants", False, "Only time user-written edge stages and GAT, fused and unfused, against G-GCN "
+                  "(see the module doc).")
 flags.DEFINE_integer("threads", 0, "Threads for TF and torch (0: their defaults).", lower_bound=0)
 flags.DEFINE_string("cell", None, "Internal: time one ablation cell, model:chunks:schedule:rewrites.")
 
@@ -451,6 +462,9 @@ def main(argv):
     if FLAGS.cell:
         run_one_cell(FLAGS.cell)
         return
+    if FLAGS.variants:
+        variants(FLAGS.graphs[-1], epochs)
+        return
     systems = [s for s in FLAGS.systems if s != "pyg" or pyg_available()]
     if "pyg" in FLAGS.systems and "pyg" not in systems:
         print("PyG is not installed (pip install torch torch_geometric): its column is skipped")
@@ -541,7 +555,94 @@ def ablation(preset, warmup, steps):
         print(f"| {NAMES[model]} | " + " | ".join(row) + " |", flush=True)
 
 
+VARIANT_ROWS = (("G-GCN (built in)", "ggcn", "ggcn"), ("tanh-difference gate", "tanh-gate", "ggcn"),
+                ("edge-weighted gate", "weighted-gate", "gcn"), ("exp/div score", "exp-div", "ggcn"),
+                ("leaky-relu message", "leaky-message", "ggcn"), ("GAT (8 heads)", "gat", "gat"))
+
+
+def variants(preset, epochs):
+    """User-written edge stages and GAT against G-GCN, fused and unfused, each cell in its own process."""
+    import subprocess  # noqa: PLC0415
+
+    def cell(name, rewrites):
+        done = subprocess.run([sys.executable, os.path.abspath(__file__), f"--cell=variant:{name}:{rewrites}",
+                               f"--graphs={preset}", f"--scale={FLAGS.scale}", f"--hidden={FLAGS.hidden}",
+                               f"--epochs={epochs}", f"--threads={FLAGS.threads}"],
+                              capture_output=True, text=True, check=False)
+        found = dict(line.split()[:2] for line in done.stdout.splitlines() if line.startswith("CELL_"))
+        if "CELL_MS" in found:
+            return float(found["CELL_MS"]), float(found["CELL_FIRST_MS"]), float(found["CELL_PEAK_MIB"])
+        if done.returncode in (-9, 137):
+            return "out of memory"
+        return f"failed ({done.stderr.strip().splitlines()[-1][:80] if done.stderr.strip() else done.returncode})"
+
+    print()
+    print(f"User-written edge stages on {preset} (hidden {FLAGS.hidden}; fit epoch: median of {epochs} after the "
+          "first, ms; peak: the process's resident memory, MiB)")
+    print()
+    print("| edge stage | fused as | fit epoch | first epoch | peak | epoch / G-GCN | peak / G-GCN | unfused epoch | "
+          "unfused peak | fused speedup | fused peak saving |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    base = None
+    for label, name, _ in VARIANT_ROWS:
+        fused, unfused = cell(name, "all"), cell(name, "hoist")
+        if isinstance(fused, str):
+            print(f"| {label} | {fused} |", flush=True)
+            continue
+        base = base or fused
+        kind = "specialised gate_sigmoid" if name == "ggcn" else "online softmax" if name == "gat" else "edge code"
+        text = [f"{fused[0]:.0f}", f"{fused[1]:.0f}", f"{fused[2]:.0f}", f"{fused[0] / base[0]:.2f}x",
+                f"{fused[2] / base[2]:.2f}x"]
+        if isinstance(unfused, str):
+            text += [unfused, "-", "-", "-"]
+        else:
+            text += [f"{unfused[0]:.0f}", f"{unfused[2]:.0f}", f"{unfused[0] / fused[0]:.2f}x",
+                     f"{unfused[2] / fused[2]:.2f}x"]
+        print(f"| {label} | {kind} | " + " | ".join(text) + " |", flush=True)
+
+
+def variant_cell(name, rewrites):
+    """One --variants cell: CELL_MS (median fit epoch after the first), CELL_FIRST_MS, CELL_PEAK_MIB."""
+    import resource  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    import keras  # noqa: PLC0415
+
+    import ngra_tf  # noqa: PLC0415
+    from user_layers import VARIANTS, variant_stack  # noqa: PLC0415  (tools/)
+
+    prepare = next(p for _, n, p in VARIANT_ROWS if n == name)
+    work = Workload(FLAGS.graphs[0], prepare, FLAGS.scale)
+    if name in VARIANTS:
+        stack = variant_stack(name, FLAGS.hidden, work.num_classes)
+    elif name == "gat":  # 8 heads of hidden / 8: the same total width
+        stack = [ngra_tf.layers.GAT(max(1, FLAGS.hidden // 8), heads=8, activation="elu"),
+                 ngra_tf.layers.GAT(work.num_classes, concat_heads=False)]
+    else:
+        stack = ngra_stack(name, FLAGS.hidden, work.num_classes)
+    model = ngra_tf.GraphModel(work.graph, stack, rewrites=True if rewrites == "all" else rewrites.split("+"))
+    model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss())
+    times = []
+
+    class EpochTimer(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            self.start = time.perf_counter()
+
+        def on_epoch_end(self, epoch, logs=None):
+            times.append(1e3 * (time.perf_counter() - self.start))
+
+    model.fit(work.features, work.labels, sample_weight=work.mask, epochs=FLAGS.epochs + 1, verbose=0,
+              callbacks=[EpochTimer()])
+    print(f"CELL_MS {np.median(times[1:]):.1f}")
+    print(f"CELL_FIRST_MS {times[0]:.1f}")
+    print(f"CELL_PEAK_MIB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
+
+
 def run_one_cell(spec):
+    if spec.startswith("variant:"):
+        _, name, rewrites = spec.split(":")
+        variant_cell(name, rewrites)
+        return
     model, chunks, schedule, rewrites = spec.split(":")
     rewrites = [] if rewrites == "none" else rewrites.split("+")
     work = Workload(FLAGS.graphs[0], model, FLAGS.scale)

@@ -83,7 +83,7 @@ flags.DEFINE_string("convert_budget", "64MB", "Memory budget the converter picks
 flags.DEFINE_string("memory_budget", None, "Training memory budget of the store-backed configurations (default: "
                     "none; the stores are on disk anyway). A budget too small for the host tier spills to disk.")
 flags.DEFINE_integer("hidden", 128, "Hidden units.", lower_bound=1)
-flags.DEFINE_enum("model", "gcn", ["gcn", "resgcn", "appnp", "jknet"], "The model: NGra's 2-layer GCN, or a functional "
+flags.DEFINE_enum("model", "gcn", ["gcn", "gat", "resgcn", "appnp", "jknet"], "The model: NGra's 2-layer GCN, or a functional "
                   "recipe of ngra_tf.recipes (built with --hidden, --depth and --k, without dropout or weight decay).")
 flags.DEFINE_integer("depth", 16, "With --model=resgcn or jknet: graph layers.", lower_bound=2)
 flags.DEFINE_integer("k", 10, "With --model=appnp: propagation steps.", lower_bound=1)
@@ -284,6 +284,8 @@ def make_model(store, source, **options):
 def model_label() -> str:
     if FLAGS.model == "gcn":
         return f"GCN ({FLAGS.hidden} hidden)"
+    if FLAGS.model == "gat":
+        return f"GAT (8 heads x {FLAGS.hidden}, fused attention)"
     shape = f"K={FLAGS.k}" if FLAGS.model == "appnp" else f"{FLAGS.depth} graph layers"
     return f"{FLAGS.model} ({shape}, {FLAGS.hidden} hidden)"
 

@@ -33,11 +33,12 @@ sends it back through the exponentials (`softmax_backward`).
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 from ngra_tf.compiler.program import LayerProgram
 from ngra_tf.compiler.replay import Replay
-from ngra_tf.ops import propagation
+from ngra_tf.ops import edge_code, propagation
 
 # Reductions of a chunk into a column accumulator: mean chains as sum and divides once, by the column's in-degree.
 CHAIN_REDUCE = {"sum": "sum", "mean": "sum", "max": "max", "min": "min"}
@@ -55,15 +56,24 @@ class LayerKernels:
         self.reduces = tuple(program.reduces)
         self.chain_reduces = tuple(CHAIN_REDUCE[r] for r in self.reduces)
         edge, fused = program.edge, program.fused
-        if fused is not None:
+        self.code = fused.code if fused is not None and fused.program == "code" else None
+        if self.code is not None:
+            self.source_keys = ["fused_src"]
+            self.dest_keys = ["fused_dst"] if self.code.code.reads("dst") else []
+            if self.code.code.attention:  # the online-softmax state [acc | sum | m] accumulates
+                self.feature_shape = [3 * self.code.code.width]
+                self.chain_reduces = ("softmax",)
+        elif fused is not None:
             self.source_keys = ["fused_src"]
             self.dest_keys = [] if fused.dst is None else ["d:" + fused.dst.name]
         else:
             self.source_keys = ["s:" + t.name for t in program.src_frontier]
             self.dest_keys = ["d:" + t.name for t in program.dst_frontier]
         self.vertex_keys = ["v:" + t.name for t in program.vertex_frontier]
-        # edge.softmax markers in graph order (a later softmax may read an earlier one).
-        self.markers = [op.name for op in edge.graph.get_operations() if op.name in edge.markers]
+        # edge.softmax markers in graph order (a later softmax may read an earlier one); fused attention
+        # normalises inside its kernels instead.
+        self.markers = [] if self.code is not None else [
+            op.name for op in edge.graph.get_operations() if op.name in edge.markers]
         self.column_wide = bool(self.markers)
 
     def edge_variables(self) -> list:
@@ -101,7 +111,11 @@ class LayerKernels:
             for t in tensors:
                 specs[prefix + t.name] = (tuple(t.shape[1:].as_list()), t.dtype)
         fused = program.fused
-        if fused is not None:
+        if self.code is not None:
+            src_width, dst_width, _ = self.code.widths()
+            specs["fused_src"] = ((src_width,), self.code.dtype)
+            specs["fused_dst"] = ((dst_width,), self.code.dtype)
+        elif fused is not None:
             first = program.narrow.outputs[0] if program.narrow is not None else fused.src[0]
             shape = tuple(first.shape[1:].as_list())
             specs["fused_src"] = (shape if len(fused.src) == 1 else (len(fused.src),) + shape, first.dtype)
@@ -122,12 +136,17 @@ class LayerKernels:
         values = {}
         with tf.name_scope("ApplyEdge/Hoisted"):
             src = [t for t in program.src_frontier if "s:" + t.name in keys or "fused_src" in keys]
-            dst = [t for t in program.dst_frontier if "d:" + t.name in keys]
+            dst = [t for t in program.dst_frontier if "d:" + t.name in keys or "fused_dst" in keys]
             for t, value in zip(src, self.edge_replay.evaluate(src, {edge.inputs["src"].name: x})):
                 values["s:" + t.name] = value
             for t, value in zip(dst, self.edge_replay.evaluate(dst, {edge.inputs["dst"].name: x})):
                 values["d:" + t.name] = value
-            if "fused_src" in keys:
+            if self.code is not None:
+                for key, tensors, x in (("fused_src", self.code.src, x), ("fused_dst", self.code.dst, x)):
+                    if key in keys:
+                        values[key] = _packed([values[("s:" if key == "fused_src" else "d:") + t.name]
+                                               for t in tensors], tf.shape(x)[0], self.code.dtype)
+            elif "fused_src" in keys:
                 operand = [values["s:" + t.name] for t in program.fused.src]
                 if program.narrow is not None:
                     operand = self.vertex_replay.evaluate(
@@ -191,6 +210,8 @@ class LayerKernels:
         `stats` are the column's softmax statistics [(peak, total)], required by column-wide layers.
         """
         fused = self.program.fused
+        if self.code is not None:
+            return self._code_forward(chunk, src, dst, inits)
         if fused is not None:
             x_dst = None if fused.dst is None else dst["d:" + fused.dst.name]
             operand = self._edge_operand(chunk)
@@ -218,6 +239,8 @@ class LayerKernels:
         softmax of `stats`, else [])).
         """
         fused = self.program.fused
+        if self.code is not None:
+            return self._code_backward(chunk, src, dst, grads, argedges)
         if fused is not None:
             return self._fused_backward(chunk, src, dst, grads, argedges)
         watched_src, watched_dst = list(src.values()), list(dst.values())
@@ -242,13 +265,59 @@ class LayerKernels:
             ds, dd, dw = propagation.fused_gather_grads(chunk, grad, src["fused_src"], x_dst, operand, fused.program,
                                                         reduce=r, argedge=argedge)
             d_src, d_dst, d_operand = _plus(d_src, ds), _plus(d_dst, dd), _plus(d_operand, dw)
+        d_weights = self._edge_weight_gradients(tape, operand, d_operand)
+        d_dst_rows = {} if fused.dst is None else {"d:" + fused.dst.name: d_dst}
+        return {"fused_src": d_src}, d_dst_rows, d_weights, []
+
+    def _edge_weight_gradients(self, tape, operand, d_operand) -> list:
+        """d weights (zeros where none) through a fused kernel's per-edge operand, recorded on `tape`."""
         d_weights = [None] * len(self.weights)
         if d_operand is not None and self.weights:
             d_weights = tape.gradient(operand, self.weights, output_gradients=d_operand)
-        d_weights = [tf.zeros(w.shape, w.dtype) if d is None else tf.convert_to_tensor(d)
-                     for w, d in zip(self.weights, d_weights)]
-        d_dst_rows = {} if fused.dst is None else {"d:" + fused.dst.name: d_dst}
-        return {"fused_src": d_src}, d_dst_rows, d_weights, []
+        return [tf.zeros(w.shape, w.dtype) if d is None else tf.convert_to_tensor(d)
+                for w, d in zip(self.weights, d_weights)]
+
+    # ---- edge code ----
+
+    def _code_operands(self, chunk):
+        """The chunk's per-edge rows ([E, Ke], or None) and edge types (or None) that the code reads."""
+        code = self.code
+        feeds = self._data_feed(chunk)
+        rows = types = None
+        if code.edge:
+            values = self.edge_replay.evaluate(list(code.edge), dict(feeds))
+            rows = _packed(values, tf.shape(values[0])[0], code.dtype)
+        if code.types is not None:
+            types = tf.cast(self.edge_replay.evaluate([code.types], dict(feeds))[0], tf.int32)
+        return rows, types
+
+    def _code_forward(self, chunk, src, dst, inits):
+        code, width = self.code, self.code.code.width
+        rows, types = self._code_operands(chunk)
+        results = []
+        with tf.name_scope("FusedEdgeCode"):
+            for init, r in zip(inits, self.chain_reduces):
+                init = None if init is None else tf.reshape(init, [-1, 3 * width if r == "softmax" else width])
+                value, aux = edge_code.edge_code_gather(chunk, code.code, src["fused_src"], dst.get("fused_dst"), rows,
+                                                        types, reduce=r, init=init, return_aux=True)
+                results.append((tf.reshape(value, [-1] + list(self.feature_shape)), aux))
+        return results
+
+    def _code_backward(self, chunk, src, dst, grads, auxes):
+        code, width = self.code, self.code.code.width
+        with tf.GradientTape() as tape:  # the edge rows may be functions of parameters
+            rows, types = self._code_operands(chunk)
+        d_src = d_dst = d_rows = None
+        for grad, aux, r in zip(grads, auxes, self.chain_reduces):
+            grad = tf.reshape(grad, [-1, 3 * width if r == "softmax" else width])
+            state = tf.reshape(aux, [-1, 3 * width]) if r == "softmax" else None
+            ds, dd, de = edge_code.edge_code_grads(chunk, code.code, grad, src["fused_src"], dst.get("fused_dst"),
+                                                   rows, types, reduce=r, aux=None if state is not None else aux,
+                                                   state=state)
+            d_src, d_dst, d_rows = _plus(d_src, ds), _plus(d_dst, dd), _plus(d_rows, de)
+        d_weights = self._edge_weight_gradients(tape, rows, d_rows)
+        d_src = tf.zeros_like(src["fused_src"]) if d_src is None else d_src
+        return {"fused_src": d_src}, ({"fused_dst": d_dst} if self.dest_keys else {}), d_weights, []
 
     def _split(self, result, src, dst, num_totals):
         result = list(result)
@@ -290,11 +359,24 @@ class LayerKernels:
         """ApplyVertex on interval j from its finished accumulators (one per reducer)."""
         program = self.program
         accum = accumulated[0] if len(accumulated) == 1 else tf.concat(accumulated, axis=-1)
+        if self.code is not None and self.code.code.attention:
+            width = self.code.code.width
+            accum = tf.reshape(edge_code.softmax_result(tf.reshape(accum, [-1, 3 * width]), width),
+                               [-1] + list(self.code.feature_shape))
         feeds = {t.name: vertex_rows["v:" + t.name] for t in program.vertex_frontier}
         target = program.narrow.outputs[0] if program.narrow is not None else program.vertex.inputs["accum"]
         feeds[target.name] = accum
         with tf.name_scope("ApplyVertex"):
             return self.vertex_replay.evaluate([program.vertex.output], feeds)[0]
+
+
+def _packed(values, rows, dtype):
+    """Row tensors flattened and side by side ([rows, 0] for none), in dtype."""
+    flat = [tf.reshape(tf.cast(v, dtype), [-1, int(np.prod(v.shape[1:].as_list(), dtype=np.int64))])
+            for v in values]
+    if not flat:
+        return tf.zeros([rows, 0], dtype)
+    return flat[0] if len(flat) == 1 else tf.concat(flat, axis=1)
 
 
 def _plus(a, b):

@@ -7,10 +7,14 @@ decides, independently of any particular graph:
   (and the vertex-only sub-graph of apply_vertex) run once per vertex, before
   the chunk loop, instead of once per edge (once per interval). What stays
   per edge starts from the *frontier*: the S/D tensors an E op consumes.
-- Rewrite 2, fusion: when what stays per edge is one element-wise pattern a
-  fused_gather program computes, Scatter-ApplyEdge-Gather becomes one
-  fused_gather per chunk; otherwise the chunk scatters the frontier, replays
-  the edge ops and gathers.
+- Rewrite 2, fusion: when every op that stays per edge is element-wise,
+  Scatter-ApplyEdge-Gather becomes one fused kernel per chunk: the stage is
+  compiled to edge code (compiler/fusion.py), and `edge.softmax(s) * v`
+  to attention reduced by an online softmax. A few common stages (a copy, a
+  weight per edge, the G-GCN gates, GG-NN's typed select) keep a
+  specialised fused_gather program, which benchmarks showed faster.
+  Otherwise the chunk scatters the frontier, replays the edge ops and
+  gathers.
 - Rewrite 3, narrowing: when the fused edge stage is linear in edge.src
   (copy, or a scalar weight per edge), the accumulator is sum or mean, and
   apply_vertex begins with `accum @ W` where W narrows the rows, W is applied
@@ -27,6 +31,7 @@ import dataclasses
 import tensorflow as tf
 
 from ngra_tf.compiler.edges import TracedEdgeView
+from ngra_tf.compiler.fusion import FusedCode, NotFusable, compile_code
 from ngra_tf.compiler.trace import EDGES, Trace, trace_stage
 
 REWRITES = ("hoist", "fuse", "narrow")
@@ -48,15 +53,22 @@ def parse_rewrites(rewrites) -> frozenset:
     return names
 
 
+# The fused_gather programs kept as specialised kernels (see tools/bench_kernels.py --code).
+SPECIALISED = frozenset({"copy_src", "src_mul_edge", "src_add_dst", "src_sub_dst", "src_mul_dst", "gate_sigmoid",
+                         "gate_tanh", "gate_relu", "type_select"})
+
+
 @dataclasses.dataclass(frozen=True)
 class Fused:
-    """One fused_gather per chunk: program(x_src rows, x_dst rows, per-edge operand)."""
+    """One fused kernel per chunk: a fused_gather program(x_src rows, x_dst rows, per-edge operand), or
+    (program "code") the stage's edge code."""
 
     program: str
-    src: tuple  # frontier tensors forming x_src (two for the gates: a, c)
+    src: tuple = ()  # frontier tensors forming x_src (two for the gates: a, c)
     dst: object = None  # the frontier tensor forming x_dst
     edge_operand: object = None  # a tensor of edge data only: the weight or the type
     weight_shape: tuple = ()  # the per-edge weight's shape after the edge axis
+    code: FusedCode | None = None  # the stage as edge code (always, when it compiles)
 
 
 @dataclasses.dataclass
@@ -98,8 +110,14 @@ class LayerProgram:
         matmuls = sum(t in _MATMULS for t in per_edge)
         lines.append(f"  edge stage: {len(per_edge)} ops per edge, {matmuls} matmuls"
                      + (f" ({', '.join(per_edge)})" if per_edge else ""))
-        if self.fused is not None:
-            lines.append(f"  fused: yes, fused_gather program {self.fused.program}")
+        fused = self.fused
+        if fused is not None and fused.program == "code":
+            kind = "attention (online softmax)" if fused.code.code.attention else "edge code"
+            lines.append(f"  fused: yes, {kind}: {fused.code.code.expression()} "
+                         f"({len(fused.code.code.instructions)} instructions)")
+        elif fused is not None:
+            lines.append(f"  fused: yes, fused_gather program {fused.program}"
+                         + (f" (as edge code: {fused.code.code.expression()})" if fused.code is not None else ""))
         else:
             lines.append(f"  fused: no, {self.why_not_fused}")
         if self.narrow is not None:
@@ -161,8 +179,12 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
 
     hoist = "hoist" in rewrites
     src_frontier, dst_frontier = _frontier(edge, {"S"}, hoist), _frontier(edge, {"D"}, hoist)
-    fused, why_not = (_match_fused(edge, src_frontier, dst_frontier) if "fuse" in rewrites
+    fused, why_not = (_fuse(edge, src_frontier, dst_frontier) if "fuse" in rewrites
                       else (None, "fusion is off"))
+    if fused is not None and fused.code is not None and fused.code.code.attention \
+            and tuple(layer._reduces) != ("sum",):
+        fused, why_not = None, (f"attention fuses with a sum accumulator, and this one is "
+                                f"{'|'.join(layer._reduces)}")
     known = [t.name for t in src_frontier + dst_frontier]
     if "data" in edge.inputs:
         known.append(edge.inputs["data"].name)
@@ -206,6 +228,20 @@ def _strip(tensor):
     while tensor.op.type == "Identity" and tensor.op.inputs:
         tensor = tensor.op.inputs[0]
     return tensor
+
+
+def _fuse(edge: Trace, src_frontier, dst_frontier):
+    """(Fused, None) when the per-edge part fuses (a specialised program where one matches), else (None, why)."""
+    try:
+        code, why_code = compile_code(edge, src_frontier, dst_frontier), None
+    except NotFusable as error:
+        code, why_code = None, str(error)
+    template, _ = _match_fused(edge, src_frontier, dst_frontier)
+    if template is not None and template.program in SPECIALISED:
+        return dataclasses.replace(template, code=code), None
+    if code is not None:
+        return Fused("code", code=code), None
+    return None, why_code
 
 
 def _match_fused(edge: Trace, src_frontier, dst_frontier):

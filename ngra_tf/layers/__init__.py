@@ -1,4 +1,4 @@
-"""SAGA-NN layers: the base class, the five models of the NGra paper, GAT, GraphSAGE, GIN and
+"""SAGA-NN layers: the base class, the five models of the NGra paper, GAT, GraphSAGE, GIN, R-GCN and
 APPNP's propagation step."""
 
 from ngra_tf.layers.commnet import CommNet
@@ -10,7 +10,8 @@ from ngra_tf.layers.gin import GIN
 from ngra_tf.layers.graphsage import GraphSAGE
 from ngra_tf.layers.mpgcn import MaxPoolGCN
 from ngra_tf.layers.propagate import GCNPropagate
+from ngra_tf.layers.rgcn import RGCN, relational_edge_data
 from ngra_tf.layers.saga import ACCUMULATORS, EdgeView, SAGALayer, parse_accumulator
 
 __all__ = ["ACCUMULATORS", "CommNet", "EdgeView", "GAT", "GCN", "GCNPropagate", "GGNN", "GIN", "GatedGCN",
-           "GraphSAGE", "MaxPoolGCN", "SAGALayer", "parse_accumulator"]
+           "GraphSAGE", "MaxPoolGCN", "RGCN", "SAGALayer", "parse_accumulator", "relational_edge_data"]

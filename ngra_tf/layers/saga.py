@@ -113,6 +113,7 @@ class SAGALayer(keras.layers.Layer):
     """
 
     accumulator = "sum"
+    probe_edge_data = ((), "float32")  # (shape after the edge axis, dtype) of edge data before a graph is seen
 
     def __init__(self, accumulator: str | None = None, **kwargs):
         super().__init__(**kwargs)
@@ -214,14 +215,14 @@ class SAGALayer(keras.layers.Layer):
 
         apply_edge and apply_vertex are arbitrary code, so the shape is
         measured rather than derived. The probe's edge data copies the shape
-        and dtype of the last graph the layer ran on (zeros: valid as a weight
-        and as an edge type).
+        and dtype of the last graph the layer ran on, or before any, the
+        class's `probe_edge_data` (zeros: valid as a weight and as an edge type).
         """
         import numpy as np  # noqa: PLC0415  Only the probe needs numpy.
 
         from ngra_tf.graph.graph import Graph  # noqa: PLC0415  graph imports layers' users.
 
-        shape, dtype = self._edge_signature or ((), np.float32)
+        shape, dtype = self._edge_signature or self.probe_edge_data
         probe = Graph.from_edges([0, 1, 0], [1, 0, 0], 2, edge_data=np.zeros((3,) + tuple(shape), dtype))
         with tf.init_scope():
             if not self.built:

@@ -13,6 +13,7 @@ init's buffer.
 import tensorflow as tf
 
 from ngra_tf.ops._loader import library
+from ngra_tf.ops.edge_code import softmax_init_grad
 from ngra_tf.ops.propagation import PROGRAMS
 
 
@@ -88,6 +89,38 @@ def _fused_gather_grad(op, grad, _):
     ] + [None] * 6 + [_init_grad(op, grad, reduce)]
 
 
+@tf.RegisterGradient("NgraEdgeCode")
+def _edge_code_grad(op, grad, _):
+    reduce = _attr(op, "reduce")
+    attrs = {name: _attr(op, name) for name in ("code", "value", "score")}
+    skipped = _skipped(op)
+    softmax = reduce == "softmax"
+    operands = list(op.inputs)[:11]  # not init
+    state = op.outputs[0] if softmax else tf.zeros([0], grad.dtype)
+    args = [grad, op.outputs[1], state, *operands]
+
+    loads = set(attrs["code"][0::4])  # opcodes: 0 source, 1 destination, 2 edge, 3 typed source
+
+    def wrt(name, index):
+        x = op.inputs[index]
+        if index in skipped or not loads & ({0, 3}, {1}, {2})[index]:
+            return None
+        d = library().ngra_edge_code_grad(*args, reduce=reduce, wrt=name, **attrs)
+        d.set_shape(x.shape)
+        return d
+
+    init = op.inputs[11]
+    if softmax:
+        width = op.inputs[5].shape[1]
+        d_init = None
+        if init.shape.num_elements() != 0 and 11 not in skipped:
+            d_init = softmax_init_grad(grad, init, op.outputs[0], width if width is not None else
+                                       tf.shape(op.inputs[5])[1])
+    else:
+        d_init = _init_grad(op, grad, reduce)
+    return [wrt("x_src", 0), wrt("x_dst", 1), wrt("edge_data", 2)] + [None] * 8 + [d_init]
+
+
 # Copies: the gradient travels back the way the data came.
 @tf.RegisterGradient("NgraCopyH2D")
 def _h2d_grad(op, grad):
@@ -120,5 +153,5 @@ def _second_order_unsupported(op, *grads):
     return [fail(t) for t in op.inputs]
 
 
-for _name in ("NgraFusedGatherGrad", "NgraGatherGradArg", "NgraInitGrad"):
+for _name in ("NgraFusedGatherGrad", "NgraEdgeCodeGrad", "NgraGatherGradArg", "NgraInitGrad"):
     tf.RegisterGradient(_name)(_second_order_unsupported)

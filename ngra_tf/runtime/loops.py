@@ -269,14 +269,7 @@ class ChunkLoops:
 
             def messages():
                 d_a = [grads.get(f"acc{r}", j) for r in range(len(k.reduces))]
-                argedges = []
-                for r in range(len(k.reduces)):
-                    if f"won{r}" in columns.blocks:
-                        mine = tf.equal(columns.get(f"won{r}", j), i)
-                        winners = columns.get(f"edge{r}", j)
-                        argedges.append(tf.cast(tf.where(mine, winners, -tf.ones_like(winners)), chunks.index_dtype))
-                    else:
-                        argedges.append(None)
+                argedges = backward_aux(k, columns, i, j, chunks.index_dtype)
                 d_src, d_dst, d_weights, d_stats = k.chunk_backward(chunk, src, dst, d_a, argedges,
                                                                     column_stats or None)
                 return d_src, d_dst, d_weights, list(d_stats)
@@ -309,6 +302,22 @@ class ChunkLoops:
         return d_row_states, weights
 
 
+def backward_aux(kernels, columns, i, j, index_dtype) -> list:
+    """What chunk C[i][j]'s backward needs of its column's forward, per reducer: for max / min the winning
+    edges of this chunk (-1 where another won), for softmax the column's finished state, else None."""
+    found = []
+    for r, reduce in enumerate(kernels.chain_reduces):
+        if f"won{r}" in columns.blocks:
+            mine = tf.equal(columns.get(f"won{r}", j), i)
+            winners = columns.get(f"edge{r}", j)
+            found.append(tf.cast(tf.where(mine, winners, -tf.ones_like(winners)), index_dtype))
+        elif reduce == "softmax":
+            found.append(columns.get(f"acc{r}", j))
+        else:
+            found.append(None)
+    return found
+
+
 def set_seeds(variables, bases, k):
     """Sets each seed-generator state to its base + [0, k]: the k-th step's draws, whatever the order steps run in
     (and the same when a step runs again in backward)."""
@@ -321,4 +330,4 @@ def _interval(values, bounds, part):
     return values[bounds[part]:bounds[part + 1]]
 
 
-__all__ = ["Arrays", "ChunkLoops", "PARALLEL_STEPS"]
+__all__ = ["Arrays", "ChunkLoops", "PARALLEL_STEPS", "backward_aux"]

@@ -27,7 +27,7 @@ import tensorflow as tf
 from ngra_tf.ops.copy import copy_d2d
 from ngra_tf.runtime import schedule as sched
 from ngra_tf.runtime.blocks import Blocks
-from ngra_tf.runtime.loops import Arrays
+from ngra_tf.runtime.loops import Arrays, backward_aux
 
 NONE, LOAD, FORWARD = 0, 1, 2
 # Columns of a lane's chunk table.
@@ -266,14 +266,7 @@ class RingLoops:
             loops.seed_chunk(seeds, c)
             dst = dst_rows(d, j) if k.dest_keys else {}
             d_a = [grads.get(f"acc{r}", j) for r in range(len(k.reduces))]
-            argedges = []
-            for r in range(len(k.reduces)):
-                if f"won{r}" in columns.blocks:
-                    mine = tf.equal(columns.get(f"won{r}", j), i)
-                    winners = columns.get(f"edge{r}", j)
-                    argedges.append(tf.cast(tf.where(mine, winners, -tf.ones_like(winners)), chunks.index_dtype))
-                else:
-                    argedges.append(None)
+            argedges = backward_aux(k, columns, i, j, chunks.index_dtype)
             ds, dd, dw, _ = k.chunk_backward(chunks.chunk(c), src, dst, d_a, argedges)
             d_src = {key: d_src[key] + ds[key] for key in d_src}
             lane_dst = dst_grads.with_states(dst_state)

@@ -105,18 +105,7 @@ absl::Status ParseFusedArgs(OpKernelContext* ctx, int first, const std::string& 
     return InvalidArgument("edge_type must be empty: program ", program, " does not read it");
   }
 
-  int64_t csr_positions = 0;
-  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csr_indptr, "csr_indptr", args->num_src, &csr_positions));
-  if (csr_positions != E || csr_dst.dims() != 1 || csr_dst.NumElements() != E || csr_edge.dims() != 1 ||
-      csr_edge.NumElements() != E) {
-    return InvalidArgument("csr_indptr[-1], csr_dst and csr_edge must all count the ", E,
-                           " edges of csc_indptr; got ", csr_positions, ", ", ShapeOf(csr_dst), ", ",
-                           ShapeOf(csr_edge));
-  }
-  if (check_csr) {
-    TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csr_dst, "csr_dst", E, args->num_dst));
-    TF_RETURN_IF_ERROR(CheckPermutation<Index>(ctx, csr_edge, "csr_edge", E));
-  }
+  TF_RETURN_IF_ERROR(CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr));
   args->csr = MakeSegments<Index>(csr_indptr, &csr_dst, &csr_edge);
   return absl::OkStatus();
 }

@@ -49,20 +49,9 @@ class FusedGatherGradOp : public OpKernel {
     T* o = out->flat<T>().data();
 
     // Mean spreads each output's gradient evenly: fold 1/degree in once.
-    const T* g = grad.flat<T>().data();
+    const T* g = nullptr;
     Tensor scaled;
-    if (reduce_ == "mean") {
-      OP_REQUIRES_OK(ctx, ctx->allocate_temp(grad.dtype(), out_shape, &scaled));
-      T* sg = scaled.flat<T>().data();
-      const auto& csc = args.csc;
-      ParallelRange(ctx, args.num_dst, [&](int64_t begin, int64_t end) {
-        for (int64_t v = begin; v < end; ++v) {
-          const T scale = csc.Degree(v) > 0 ? T(1) / static_cast<T>(csc.Degree(v)) : T(0);
-          for (int64_t f = 0; f < width; ++f) sg[v * width + f] = g[v * width + f] * scale;
-        }
-      });
-      g = sg;
-    }
+    OP_REQUIRES_OK(ctx, MeanScaled<T, Index>(ctx, grad, args.csc, width, reduce_, &scaled, &g));
     const Index* a = extreme ? argedge.flat<Index>().data() : nullptr;
 
     OP_REQUIRES_OK(ctx, DispatchProgram(program_, [&](auto p) {

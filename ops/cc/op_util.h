@@ -153,6 +153,47 @@ absl::Status OutputFromInit(OpKernelContext* ctx, int init_input, const ::tensor
   return ctx->forward_input_or_allocate_output({init_input}, 0, out_shape, out);
 }
 
+// The CSR arrays a fused op carries for its gradient: they must count the E
+// edges of its CSC arrays; checked in full only when `check_csr` (the walks
+// that read them).
+template <typename Index>
+absl::Status CheckCsr(OpKernelContext* ctx, const Tensor& csr_indptr, const Tensor& csr_dst, const Tensor& csr_edge,
+                      int64_t num_src, int64_t num_dst, int64_t E, bool check_csr) {
+  int64_t csr_positions = 0;
+  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csr_indptr, "csr_indptr", num_src, &csr_positions));
+  if (csr_positions != E || csr_dst.dims() != 1 || csr_dst.NumElements() != E || csr_edge.dims() != 1 ||
+      csr_edge.NumElements() != E) {
+    return InvalidArgument("csr_indptr[-1], csr_dst and csr_edge must all count the ", E,
+                           " edges of csc_indptr; got ", csr_positions, ", ", ShapeOf(csr_dst), ", ",
+                           ShapeOf(csr_edge));
+  }
+  if (check_csr) {
+    TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csr_dst, "csr_dst", E, num_dst));
+    TF_RETURN_IF_ERROR(CheckPermutation<Index>(ctx, csr_edge, "csr_edge", E));
+  }
+  return absl::OkStatus();
+}
+
+// The gradient rows a mean reduction sends to its edges: grad / in-degree per
+// row (0 for an empty segment), into `scaled`; other reductions: grad itself.
+template <typename T, typename Index>
+absl::Status MeanScaled(OpKernelContext* ctx, const Tensor& grad, const Segments<Index>& csc, int64_t width,
+                        const std::string& reduce, Tensor* scaled, const T** out) {
+  *out = grad.flat<T>().data();
+  if (reduce != "mean") return absl::OkStatus();
+  TF_RETURN_IF_ERROR(ctx->allocate_temp(grad.dtype(), grad.shape(), scaled));
+  const T* g = *out;
+  T* sg = scaled->flat<T>().data();
+  ParallelRange(ctx, csc.num_segments, [&](int64_t begin, int64_t end) {
+    for (int64_t v = begin; v < end; ++v) {
+      const T scale = csc.Degree(v) > 0 ? T(1) / static_cast<T>(csc.Degree(v)) : T(0);
+      for (int64_t f = 0; f < width; ++f) sg[v * width + f] = g[v * width + f] * scale;
+    }
+  });
+  *out = sg;
+  return absl::OkStatus();
+}
+
 // Segments from validated tensors; an empty ids tensor means identity.
 template <typename Index>
 Segments<Index> MakeSegments(const Tensor& indptr, const Tensor* indices, const Tensor* edge_ids) {

@@ -208,6 +208,82 @@ REGISTER_OP("NgraFusedGatherGrad")
 #undef NGRA_FUSED_GATHER_INPUTS
 #undef NGRA_FUSED_GATHER_ATTRS
 
+// Edge code (ops/kernels/edge_code.h): any element-wise ApplyEdge stage,
+// fused between Scatter and Gather. The program is the `code` attribute (four
+// ints per instruction); `tables` [num_tables, width] says where each load
+// reads its operand row per message feature.
+#define NGRA_EDGE_CODE_INPUTS                     \
+  Input("x_src: T")                               \
+      .Input("x_dst: T")                          \
+      .Input("edge_data: T")                      \
+      .Input("edge_type: int32")                  \
+      .Input("constants: T")                      \
+      .Input("tables: int32")                     \
+      .Input("csc_indptr: Tindex")                \
+      .Input("csc_src: Tindex")                   \
+      .Input("csr_indptr: Tindex")                \
+      .Input("csr_dst: Tindex")                   \
+      .Input("csr_edge: Tindex")
+
+#define NGRA_EDGE_CODE_ATTRS                                      \
+  Attr("code: list(int)")                                         \
+      .Attr("value: int")                                         \
+      .Attr("score: int = -1")                                    \
+      .Attr("reduce: {'sum', 'mean', 'max', 'min', 'softmax'}")   \
+      .Attr("T: {float, double}")                                 \
+      .Attr("Tindex: {int32, int64}")
+
+REGISTER_OP("NgraEdgeCode")
+    .NGRA_EDGE_CODE_INPUTS
+    .Input("init: T")
+    .Output("output: T")
+    .Output("aux: Tindex")
+    .NGRA_EDGE_CODE_ATTRS
+    .SetShapeFn([](InferenceContext* c) {
+      std::string reduce;
+      TF_RETURN_IF_ERROR(c->GetAttr("reduce", &reduce));
+      ShapeHandle tables;
+      DimensionHandle width = c->UnknownDim();
+      if (c->WithRank(c->input(5), 2, &tables).ok()) width = c->Dim(tables, 1);
+      if (reduce == "softmax") TF_RETURN_IF_ERROR(c->Multiply(width, 3, &width));
+      ShapeHandle out = c->Matrix(SegmentsOf(c, 6), width);
+      TF_RETURN_IF_ERROR(MergeInit(c, 11, &out));
+      c->set_output(0, out);
+      return SetArgEdge(c, out);
+    })
+    .Doc(R"doc(
+output[v] = reduce over edges e = (u -> v) of the program's message for
+(x_src[u], x_dst[v], edge_data[e], edge_type[e]), walking the CSC arrays; the
+CSR arrays are carried for the gradient. init and aux (argedge for max/min)
+as in NgraGather. reduce=softmax is attention: the message is
+softmax(score) * value over each destination's in-edges, and output rows
+are the online-softmax state [acc | sum | m] (3 x width), which chains
+through init across chunks; the result is acc / sum.
+)doc");
+
+REGISTER_OP("NgraEdgeCodeGrad")
+    .Input("grad: T")
+    .Input("aux: Tindex")
+    .Input("state: T")
+    .NGRA_EDGE_CODE_INPUTS
+    .Output("output: T")
+    .NGRA_EDGE_CODE_ATTRS
+    .Attr("wrt: {'x_src', 'x_dst', 'edge_data'}")
+    .SetShapeFn([](InferenceContext* c) {
+      std::string wrt;
+      TF_RETURN_IF_ERROR(c->GetAttr("wrt", &wrt));
+      c->set_output(0, c->input(wrt == "x_src" ? 3 : wrt == "x_dst" ? 4 : 5));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The gradient of NgraEdgeCode w.r.t. one operand, from d output (`grad`):
+aux is the forward's argedge (max/min), state its finished softmax state
+(softmax); each is empty otherwise.
+)doc");
+
+#undef NGRA_EDGE_CODE_INPUTS
+#undef NGRA_EDGE_CODE_ATTRS
+
 // Explicit data movement (NGra §3.1). Each is a real copy; the byte counters
 // feed the streaming and ring measurements.
 #define NGRA_COPY_OP(name)                                        \

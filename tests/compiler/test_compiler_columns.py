@@ -102,7 +102,7 @@ def gather_ops(model, parts):
     """Every op of the traced stack, and its gathers, at P = parts."""
     stack, graph, x = cc.stack_for(model), cc.graph_for(model), cc.features()
     ops = traced_ops(lambda v: cc.run(stack, graph.partition(parts), v), x)
-    return ops, [op for op in ops if op.type in ("NgraFusedGather", "NgraGather")]
+    return ops, [op for op in ops if op.type in ("NgraFusedGather", "NgraGather", "NgraEdgeCode")]
 
 
 def producer(tensor):

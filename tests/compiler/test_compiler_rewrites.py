@@ -71,11 +71,20 @@ def test_explain_types_the_gated_gcn_edge_stage():
     assert "typing: src:S dst:D | MatMul:S MatMul:D AddV2:E Sigmoid:E Mul:E -> message:E" in text, text
 
 
-def test_explain_says_why_gat_is_not_fused():
+def test_explain_reports_gat_as_fused_attention():
     text = compiled("gat")[0].explain()
-    assert "fused: no, edge.softmax normalises over each destination's in-edges" in text
+    assert "fused: yes, attention (online softmax): softmax(leaky_relu((S0 + D0), 0.2)) * S1" in text, text
     assert "MatMul:S" in text and "MatMul:D" in text  # both endpoints' transforms run per vertex
-    assert "edge stage:" in text and "0 matmuls" in text
+    assert "edge stage: 0 ops per edge, 0 matmuls" in text
+
+
+def test_explain_says_why_attention_with_dropout_is_not_fused():
+    """Dropout on the attention weights draws per edge: not element-wise, so the column-wide softmax runs."""
+    graph, x = cc.graph_for("gat"), cc.features()
+    layer = ngra_tf.layers.GAT(3, heads=2, attention_dropout=0.5)
+    layer(x, graph=graph)
+    text = "\n".join(layer.compiled(x, graph, training=True).describe())
+    assert "fused: no, the edge stage computes SelectV2 (ApplyEdge/dropout" in text, text
 
 
 def test_explain_with_rewrites_off():

@@ -215,3 +215,20 @@ def test_gat_is_gatconv(cora, heads, concat):
     index = edge_index(graph)  # the loops are in the graph: GATConv must not add its own
     compare(f"GATConv(heads={heads}, concat={concat})", lambda t: layer(t, graph=graph), [v for v, _, _ in pairs],
             lambda t: conv(t, index), [(p, f) for _, p, f in pairs], x, rng)
+
+
+def test_rgcn_is_rgcnconv(cora):
+    from torch_geometric.nn import RGCNConv  # noqa: PLC0415
+
+    dataset, _, x, rng = cora
+    graph = recipes.prepare_graph("rgcn", dataset.graph)  # GG-NN's three directions as relations
+    relations = graph.edge_data[:, 0].astype(np.int64)
+    layer = built(layers.RGCN(UNITS, num_relations=3), x, graph, scale=0.05)
+    conv = RGCNConv(dataset.num_features, UNITS, num_relations=3, aggr="mean")
+    pairs = [(layer.relation_kernels, conv.weight, same), (layer.dense.kernel, conv.root, same),
+             (layer.dense.bias, conv.bias, same)]
+    assert len(pairs) == len(layer.trainable_weights) == len(list(conv.parameters()))
+    assert "fused: yes, edge code" in layer.explain()
+    index, types = edge_index(graph), torch.from_numpy(relations)
+    compare("RGCNConv(num_relations=3, aggr=mean)", lambda t: layer(t, graph=graph), [v for v, _, _ in pairs],
+            lambda t: conv(t, index, types), [(p, f) for _, p, f in pairs], x, rng)

@@ -61,7 +61,7 @@ def test_example_help_documents_the_flags(example):
     for flag in ("model", "dataset", "epochs", "hidden", "lr", "weight_decay", "dropout", "patience", "chunks",
                  "schedule", "rewrites", "explain", "seed", "runs", "profile_dir", "history_json", "verbose"):
         assert f"--{flag}:" in text or f"--[no]{flag}:" in text, flag
-    assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat|sage|gin|appnp|resgcn|jknet>" in text
+    assert "<gcn|commnet|mpgcn|ggcn|ggnn|gat|sage|gin|appnp|resgcn|jknet|rgcn>" in text
     assert "epoch_seconds" in text
     for preset in datasets.PRESETS:
         assert preset in text

@@ -1,0 +1,317 @@
+// CPU kernels for NgraEdgeCode and NgraEdgeCodeGrad: any element-wise edge
+// stage, fused (ops/kernels/edge_code.h). Every input is checked here, once,
+// so that the walks can trust the program and the index arrays.
+#include <string>
+#include <vector>
+
+#include "ops/cc/op_util.h"
+#include "ops/kernels/edge_code_walks.h"
+#include "tensorflow/core/framework/op_kernel.h"
+
+namespace ngra {
+
+using ::tensorflow::DEVICE_CPU;
+using ::tensorflow::OpKernel;
+using ::tensorflow::OpKernelConstruction;
+using ::tensorflow::TensorShape;
+
+namespace {
+
+// The program attributes, checked for shape when the kernel is built.
+struct CodeAttrs {
+  std::vector<int32_t> code;
+  int value = 0, score = -1;
+  std::string reduce;
+  bool reads[4] = {false, false, false, false};  // per load kind: src, dst, edge, typed src
+
+  absl::Status Read(OpKernelConstruction* ctx) {
+    std::vector<int64_t> raw;
+    TF_RETURN_IF_ERROR(ctx->GetAttr("code", &raw));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("value", &value));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("score", &score));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("reduce", &reduce));
+    if (raw.empty() || raw.size() % kInstructionInts != 0) {
+      return InvalidArgument("code must hold ", kInstructionInts, " ints per instruction, got ", raw.size());
+    }
+    const int n = static_cast<int>(raw.size() / kInstructionInts);
+    if (n > kMaxInstructions) {
+      return InvalidArgument("code has ", n, " instructions; at most ", kMaxInstructions, " are supported");
+    }
+    code.assign(raw.begin(), raw.end());
+    for (int i = 0; i < n; ++i) {
+      const int32_t* ins = code.data() + i * kInstructionInts;
+      const int op = ins[0];
+      if (op < 0 || op >= kNumOpcodes) return InvalidArgument("code[", i, "]: unknown opcode ", op);
+      if (IsLoad(op)) {
+        reads[op] = true;
+        if (ins[1] < 0) return InvalidArgument("code[", i, "]: a load needs a table row, got ", ins[1]);
+        if (op == kLoadSrcTyped && ins[2] <= 0) {
+          return InvalidArgument("code[", i, "]: a typed load needs a positive slot stride, got ", ins[2]);
+        }
+      } else if (op == kConst) {
+        if (ins[3] < 0) return InvalidArgument("code[", i, "]: a constant needs its index, got ", ins[3]);
+      } else {
+        const bool binary = IsBinary(op);
+        if (ins[1] < 0 || ins[1] >= i || (binary && (ins[2] < 0 || ins[2] >= i))) {
+          return InvalidArgument("code[", i, "]: operands must be earlier registers, got ", ins[1], ", ", ins[2]);
+        }
+        if ((op == kLeakyRelu || op == kPowConst) && ins[3] < 0) {
+          return InvalidArgument("code[", i, "]: opcode ", op, " needs a constant parameter");
+        }
+      }
+    }
+    if (value < 0 || value >= n) return InvalidArgument("value must be a register in [0, ", n, "), got ", value);
+    const bool softmax = reduce == "softmax";
+    if (softmax != (score >= 0) || score >= n) {
+      return InvalidArgument(softmax ? "reduce=softmax needs a score register in [0, " : "score must be -1 unless ",
+                             softmax ? std::to_string(n) + "), got " + std::to_string(score) : "reduce=softmax");
+    }
+    return absl::OkStatus();
+  }
+
+  int num_instructions() const { return static_cast<int>(code.size() / kInstructionInts); }
+};
+
+template <typename T, typename Index>
+struct CodeArgs {
+  EdgeCode<T> p;
+  std::vector<int32_t> contiguous;
+  std::vector<uint8_t> uniform;
+  Segments<Index> csc, csr;
+  int64_t num_src = 0, num_dst = 0, num_edges = 0;
+};
+
+// Checks one operand matrix: [rows, any width] when the program reads it, empty otherwise.
+absl::Status CheckOperand(const Tensor& t, const char* name, bool read, int64_t rows, const char* what) {
+  if (!read) {
+    if (t.NumElements() != 0) return InvalidArgument(name, " must be empty: the program does not read it");
+    return absl::OkStatus();
+  }
+  if (t.dims() != 2 || (rows >= 0 && t.dim_size(0) != rows)) {
+    return InvalidArgument(name, " must be shaped [", rows, " (one row per ", what, "), width], got ", ShapeOf(t));
+  }
+  return absl::OkStatus();
+}
+
+// Validates the eleven inputs from `first` on against the program.
+template <typename T, typename Index>
+absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& attrs, bool check_csr,
+                           CodeArgs<T, Index>* args) {
+  const Tensor& x_src = ctx->input(first + 0);
+  const Tensor& x_dst = ctx->input(first + 1);
+  const Tensor& edge = ctx->input(first + 2);
+  const Tensor& type = ctx->input(first + 3);
+  const Tensor& constants = ctx->input(first + 4);
+  const Tensor& tables = ctx->input(first + 5);
+  const Tensor& csc_indptr = ctx->input(first + 6);
+  const Tensor& csc_src = ctx->input(first + 7);
+  const Tensor& csr_indptr = ctx->input(first + 8);
+  const Tensor& csr_dst = ctx->input(first + 9);
+  const Tensor& csr_edge = ctx->input(first + 10);
+
+  if (x_src.dims() != 2) return InvalidArgument("x_src must be a matrix [num_src, width], got ", ShapeOf(x_src));
+  args->num_src = x_src.dim_size(0);
+  args->num_dst = csc_indptr.dims() == 1 ? csc_indptr.NumElements() - 1 : -1;
+  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csc_indptr, "csc_indptr", -1, &args->num_edges));
+  const int64_t E = args->num_edges;
+  TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csc_src, "csc_src", E, args->num_src));
+  args->csc = MakeSegments<Index>(csc_indptr, &csc_src, nullptr);
+  TF_RETURN_IF_ERROR(CheckOperand(x_dst, "x_dst", attrs.reads[kLoadDst], args->num_dst, "destination vertex"));
+  TF_RETURN_IF_ERROR(CheckOperand(edge, "edge_data", attrs.reads[kLoadEdge], E, "edge"));
+  if (attrs.reads[kLoadSrcTyped]) {
+    if (type.dims() != 1 || type.NumElements() != E) {
+      return InvalidArgument("edge_type must be a vector of ", E, " types, got shape ", ShapeOf(type));
+    }
+  } else if (type.NumElements() != 0) {
+    return InvalidArgument("edge_type must be empty: the program has no typed load");
+  }
+  if (constants.dims() != 1) return InvalidArgument("constants must be a vector, got shape ", ShapeOf(constants));
+  if (tables.dims() != 2) return InvalidArgument("tables must be a matrix [num_tables, width], got ", ShapeOf(tables));
+
+  auto& p = args->p;
+  p.code = attrs.code.data();
+  p.num_instructions = attrs.num_instructions();
+  p.constants = constants.flat<T>().data();
+  p.tables = tables.flat<int32_t>().data();
+  p.width = tables.dim_size(1);
+  p.value = attrs.value;
+  p.score = attrs.score;
+  p.x_src = x_src.flat<T>().data();
+  p.src_width = x_src.dim_size(1);
+  p.x_dst = attrs.reads[kLoadDst] ? x_dst.flat<T>().data() : nullptr;
+  p.dst_width = attrs.reads[kLoadDst] ? x_dst.dim_size(1) : 0;
+  p.edge = attrs.reads[kLoadEdge] ? edge.flat<T>().data() : nullptr;
+  p.edge_width = attrs.reads[kLoadEdge] ? edge.dim_size(1) : 0;
+  p.type = attrs.reads[kLoadSrcTyped] ? type.flat<int32_t>().data() : nullptr;
+
+  // Each load's table within its operand's row (a typed load's, within its slot).
+  const int64_t num_tables = tables.dim_size(0);
+  const int64_t num_constants = constants.NumElements();
+  args->contiguous.assign(num_tables, -1);
+  args->uniform.assign(num_tables, 0);
+  int64_t typed_max = -1, typed_stride = 0;  // the typed loads' largest table entry, their slot stride
+  for (int i = 0; i < p.num_instructions; ++i) {
+    const int32_t* ins = p.Ins(i);
+    if (ins[3] >= num_constants && (ins[0] == kConst || ins[0] == kLeakyRelu || ins[0] == kPowConst)) {
+      return InvalidArgument("code[", i, "] reads constant ", ins[3], " of ", num_constants);
+    }
+    if (!IsLoad(ins[0])) continue;
+    if (ins[1] >= num_tables) return InvalidArgument("code[", i, "] reads table ", ins[1], " of ", num_tables);
+    const int64_t bound = ins[0] == kLoadDst ? p.dst_width : ins[0] == kLoadEdge ? p.edge_width : p.src_width;
+    const int32_t* row = p.tables + ins[1] * p.width;
+    bool contiguous = true, uniform = true;
+    for (int64_t f = 0; f < p.width; ++f) {
+      if (row[f] < 0 || row[f] >= bound) {
+        return InvalidArgument("tables[", ins[1], ", ", f, "] = ", row[f], " is out of range [0, ", bound,
+                               ") for the load at code[", i, "]");
+      }
+      contiguous = contiguous && row[f] == row[0] + f;
+      uniform = uniform && row[f] == row[0];
+    }
+    if (contiguous && p.width > 0) args->contiguous[ins[1]] = row[0];
+    args->uniform[ins[1]] = uniform && !contiguous;
+    if (ins[0] == kLoadSrcTyped) {
+      if (typed_stride != 0 && typed_stride != ins[2]) return InvalidArgument("typed loads must share one slot stride");
+      typed_stride = ins[2];
+      for (int64_t f = 0; f < p.width; ++f) typed_max = std::max<int64_t>(typed_max, row[f]);
+    }
+  }
+  if (attrs.reads[kLoadSrcTyped] && p.width > 0) {
+    // Type t reads entries + t * stride: all of them must stay inside the row.
+    TF_RETURN_IF_ERROR(CheckIds<int32_t>(ctx, type, "edge_type", E, (p.src_width - 1 - typed_max) / typed_stride + 1));
+  }
+  p.contiguous = args->contiguous.data();
+  p.uniform = args->uniform.data();
+
+  TF_RETURN_IF_ERROR(CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr));
+  args->csr = MakeSegments<Index>(csr_indptr, &csr_dst, &csr_edge);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+template <typename T, typename Index>
+class EdgeCodeOp : public OpKernel {
+ public:
+  explicit EdgeCodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) { OP_REQUIRES_OK(ctx, attrs_.Read(ctx)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    CodeArgs<T, Index> args;
+    OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 0, attrs_, /*check_csr=*/false, &args));
+    const auto& p = args.p;
+    const bool softmax = attrs_.reduce == "softmax";
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * p.width}, &out_shape));
+    Tensor* out = nullptr;
+    Tensor* aux = nullptr;
+    const T* init = nullptr;
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 11, out_shape, attrs_.reduce, &out, &init));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtremeReduce(attrs_.reduce) ? out_shape : TensorShape({0}), &aux));
+    T* o = out->flat<T>().data();
+    Index* a = aux->flat<Index>().data();
+    if (softmax) {
+      RunSegments(ctx, args.csc, p.width * p.num_instructions, [&](int64_t first, int64_t last) {
+        CodeSoftmax<T, Index>(args.csc, p, first, last, o, init);
+      });
+      return;
+    }
+    OP_REQUIRES_OK(ctx, DispatchReduce(attrs_.reduce, [&](auto r) {
+      RunSegments(ctx, args.csc, p.width * p.num_instructions, [&](int64_t first, int64_t last) {
+        CodeGather<decltype(r)::value, T, Index>(args.csc, p, args.num_src, first, last, o, a, init);
+      });
+      return absl::OkStatus();
+    }));
+  }
+
+ private:
+  CodeAttrs attrs_;
+};
+
+template <typename T, typename Index>
+class EdgeCodeGradOp : public OpKernel {
+ public:
+  explicit EdgeCodeGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    CodeArgs<T, Index> args;
+    OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 3, attrs_, /*check_csr=*/wrt_ == "x_src", &args));
+    const auto& p = args.p;
+    const Tensor& grad = ctx->input(0);
+    const Tensor& aux = ctx->input(1);
+    const Tensor& state = ctx->input(2);
+    const std::string& reduce = attrs_.reduce;
+    const bool softmax = reduce == "softmax", extreme = IsExtremeReduce(reduce);
+    const int64_t width = p.width;
+    TensorShape grad_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * width}, &grad_shape));
+    OP_REQUIRES(ctx, grad.shape() == grad_shape,
+                InvalidArgument("grad must be shaped ", grad_shape.DebugString(), ", got ", ShapeOf(grad)));
+    if (extreme) {
+      OP_REQUIRES(ctx, aux.shape() == grad_shape,
+                  InvalidArgument("aux (argedge) must be shaped ", grad_shape.DebugString(), ", got ", ShapeOf(aux)));
+      OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, aux, "aux", aux.NumElements(), args.num_edges, -1, false));
+    }
+    if (softmax) {
+      OP_REQUIRES(ctx, state.shape() == grad_shape,
+                  InvalidArgument("state must be the forward's softmax state ", grad_shape.DebugString(), ", got ",
+                                  ShapeOf(state)));
+    }
+    const int side = wrt_ == "x_src" ? kLoadSrc : wrt_ == "x_dst" ? kLoadDst : kLoadEdge;
+    const bool read = attrs_.reads[side] || (side == kLoadSrc && attrs_.reads[kLoadSrcTyped]);
+    OP_REQUIRES(ctx, read, InvalidArgument("the program reads no ", wrt_, " to differentiate"));
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(3 + (side == kLoadSrc ? 0 : side == kLoadDst ? 1 : 2))
+                                                    .shape(), &out));
+    T* o = out->flat<T>().data();
+
+    // Mean spreads each result's gradient evenly over the in-edges: fold 1/degree in once.
+    const T* g = nullptr;
+    Tensor scaled;
+    OP_REQUIRES_OK(ctx, MeanScaled<T, Index>(ctx, grad, args.csc, width, reduce, &scaled, &g));
+    auto run = [&](auto seed_tag) {
+      constexpr Seed S = decltype(seed_tag)::value;
+      const CodeSeed<S, T, Index> seed{g, extreme ? aux.flat<Index>().data() : nullptr,
+                                       softmax ? state.flat<T>().data() : nullptr, width};
+      const int64_t cost = width * p.num_instructions;
+      if (side == kLoadSrc) {
+        RunSegments(ctx, args.csr, cost, [&](int64_t first, int64_t last) {
+          CodeGradSrc<S, T, Index>(args.csr, p, seed, first, last, o);
+        });
+      } else {
+        RunSegments(ctx, args.csc, cost, [&](int64_t first, int64_t last) {
+          CodeGradDstOrEdge<S, T, Index>(args.csc, p, seed, side, first, last, o);
+        });
+      }
+    };
+    if (softmax) {
+      run(std::integral_constant<Seed, Seed::kSoftmax>{});
+    } else if (extreme) {
+      run(std::integral_constant<Seed, Seed::kWinner>{});
+    } else {
+      run(std::integral_constant<Seed, Seed::kWhole>{});
+    }
+  }
+
+ private:
+  CodeAttrs attrs_;
+  std::string wrt_;
+};
+
+#define NGRA_REGISTER(T, Index)                                                                              \
+  REGISTER_KERNEL_BUILDER(                                                                                   \
+      Name("NgraEdgeCode").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),        \
+      EdgeCodeOp<T, Index>);                                                                                 \
+  REGISTER_KERNEL_BUILDER(                                                                                   \
+      Name("NgraEdgeCodeGrad").Device(DEVICE_CPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),    \
+      EdgeCodeGradOp<T, Index>);
+
+NGRA_REGISTER(float, int32_t)
+NGRA_REGISTER(float, int64_t)
+NGRA_REGISTER(double, int32_t)
+NGRA_REGISTER(double, int64_t)
+#undef NGRA_REGISTER
+
+}  // namespace ngra

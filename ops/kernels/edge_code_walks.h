@@ -1,0 +1,317 @@
+// CPU walks of edge code (edge_code.h): the fused forward, the online softmax
+// and the gradients, over the same segments and with the same threading rules
+// as propagate.h (a row is written by one thread, edges in stored order, so
+// results are deterministic).
+//
+// The program is interpreted a tile of features at a time: each instruction
+// is one loop over kTile values in L1, which the compiler vectorises (the
+// switch on the opcode runs once per instruction and edge, not per feature).
+#ifndef NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
+#define NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "ops/kernels/edge_code.h"
+#include "ops/kernels/propagate.h"
+#include "ops/kernels/reducers.h"
+#include "ops/kernels/segments.h"
+
+namespace ngra {
+
+template <typename T>
+constexpr int64_t CodeTile() { return kTileBytes / sizeof(T); }
+
+// Registers of one tile: instruction i's values are at value[i], which points
+// into `values` (i * kTile on) or, for a load of a contiguous run of its row,
+// straight at the row (nothing is copied).
+template <typename T>
+struct CodeRegisters {
+  alignas(64) T values[kMaxInstructions * CodeTile<T>()];
+  alignas(64) T adjoints[kMaxInstructions * CodeTile<T>()];
+  const T* value[kMaxInstructions];
+};
+
+// Runs the program for edge e (u -> v) at features [f0, f0 + count) into r.
+template <typename T>
+inline void EvalTile(const EdgeCode<T>& p, int64_t u, int64_t v, int64_t e, int64_t f0, int64_t count,
+                     CodeRegisters<T>* r) {
+  constexpr int64_t kTile = CodeTile<T>();
+  for (int i = 0; i < p.num_instructions; ++i) {
+    const int32_t* ins = p.Ins(i);
+    T* __restrict out = r->values + i * kTile;
+    const int op = ins[0];
+    if (IsLoad(op)) {
+      const T* __restrict row = p.LoadRow(ins, u, v, e);
+      const int32_t start = p.contiguous[ins[1]];
+      if (start >= 0) {
+        r->value[i] = row + start + f0;
+        continue;
+      }
+      const int32_t* __restrict index = p.tables + ins[1] * p.width + f0;
+      if (p.uniform[ins[1]]) {
+        const T x = row[index[0]];
+        for (int64_t j = 0; j < count; ++j) out[j] = x;
+      } else {
+        for (int64_t j = 0; j < count; ++j) out[j] = row[index[j]];
+      }
+    } else if (op == kConst) {
+      const T c = p.constants[ins[3]];
+      for (int64_t j = 0; j < count; ++j) out[j] = c;
+    } else {
+      const T* __restrict a = r->value[ins[1]];
+      const T* __restrict b = r->value[IsBinary(op) ? ins[2] : ins[1]];
+      const T k = p.Param(ins[3]);
+      WithOp(op, [&](auto tag) {
+        using M = OpMath<decltype(tag)::value>;
+        for (int64_t j = 0; j < count; ++j) out[j] = M::Value(a[j], b[j], k);
+      });
+    }
+    r->value[i] = out;
+  }
+}
+
+// Sends the adjoints in r->adjoints (seeded by the caller, zero elsewhere) back to the loads.
+template <typename T>
+inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count) {
+  constexpr int64_t kTile = CodeTile<T>();
+  T* adj = r->adjoints;
+  for (int i = p.num_instructions - 1; i >= 0; --i) {
+    const int32_t* ins = p.Ins(i);
+    const int op = ins[0];
+    if (IsLoad(op) || op == kConst) continue;
+    const bool binary = IsBinary(op);
+    const T* a = r->value[ins[1]];
+    const T* b = r->value[binary ? ins[2] : ins[1]];
+    const T* y = r->value[i];
+    const T* gy = adj + i * kTile;
+    T* ga = adj + ins[1] * kTile;
+    T* gb = adj + (binary ? ins[2] : ins[1]) * kTile;
+    const T k = p.Param(ins[3]);
+    // Three loops, so that each vectorises: the compiler must otherwise assume ga and gb alias.
+    WithOp(op, [&](auto tag) {
+      using M = OpMath<decltype(tag)::value>;
+      if (!binary) {
+        T* __restrict da = ga;
+        for (int64_t j = 0; j < count; ++j) {
+          T unused = T(0);
+          M::Adjoint(a[j], a[j], k, y[j], gy[j], da[j], unused);
+        }
+      } else if (ins[1] != ins[2]) {
+        T* __restrict da = ga;
+        T* __restrict db = gb;
+        for (int64_t j = 0; j < count; ++j) M::Adjoint(a[j], b[j], k, y[j], gy[j], da[j], db[j]);
+      } else {
+        for (int64_t j = 0; j < count; ++j) {
+          T da = T(0), db = T(0);
+          M::Adjoint(a[j], b[j], k, y[j], gy[j], da, db);
+          ga[j] += da + db;
+        }
+      }
+    });
+  }
+}
+
+// ---- Forward: sum / mean / max / min ----
+
+template <typename T, typename Index>
+struct CodeForwardWalk {
+  const Segments<Index>& csc;
+  const EdgeCode<T>& p;
+  int64_t gathered_rows;
+  int64_t gathered_per_row;
+  CodeRegisters<T>* regs;  // this thread's
+  static constexpr int kParts = 1;
+
+  void Prefetch(Index k, int64_t, int64_t) const {
+    PrefetchBytes(p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width,
+                  std::min<int64_t>(p.src_width * sizeof(T), 512));
+  }
+  template <typename Red, int64_t kStride>
+  void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
+                  Index* __restrict win) const {
+    static_assert(kStride == CodeTile<T>(), "edge code tiles are the walk's tiles");
+    const Index e = csc.Edge(k);
+    EvalTile(p, csc.Row(k), v, e, f0, count, regs);
+    const T* __restrict message = regs->value[p.value];
+    for (int64_t j = 0; j < count; ++j) Red::Step(acc[j], win[j], message[j], e);
+  }
+};
+
+// out[v] = reduce over the segment's edges of the program's message; init and
+// arg as in FusedGather.
+template <Reduce R, typename T, typename Index>
+void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_src, int64_t first, int64_t last,
+                T* out, Index* arg, const T* init) {
+  const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
+  // Registers live on the heap, once per block: a 32 KiB stack array per edge costs page probes.
+  auto* regs = new CodeRegisters<T>;
+  const CodeForwardWalk<T, Index> walk{csc, p, csc.indices ? num_src : 0, per_row, regs};
+  ReduceSegments<R>(walk, csc, 1, p.width, first, last, out, arg, init);
+  delete regs;
+}
+
+// ---- Forward: the online softmax (state rows [acc | sum | m], 3 * width) ----
+
+template <typename T, typename Index>
+void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first, int64_t last, T* out,
+                 const T* init) {
+  constexpr int64_t kTile = CodeTile<T>();
+  const int64_t width = p.width;
+  auto* regs = new CodeRegisters<T>;
+  for (int64_t v = first; v < last; ++v) {
+    T* row = out + v * 3 * width;
+    const T* start = init != nullptr ? init + v * 3 * width : nullptr;
+    for (int64_t f0 = 0; f0 < width; f0 += kTile) {
+      const int64_t n = std::min(kTile, width - f0);
+      T acc[kTile], sum[kTile], m[kTile];
+      for (int64_t j = 0; j < n; ++j) {
+        acc[j] = start ? start[f0 + j] : T(0);
+        sum[j] = start ? start[width + f0 + j] : T(0);
+        m[j] = start ? start[2 * width + f0 + j] : T(-INFINITY);
+      }
+      for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
+        EvalTile(p, csc.Row(k), v, csc.Edge(k), f0, n, regs);
+        const T* z = regs->value[p.score];
+        const T* x = regs->value[p.value];
+        for (int64_t j = 0; j < n; ++j) SoftmaxStep(acc[j], sum[j], m[j], z[j], x[j]);
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        row[f0 + j] = acc[j];
+        row[width + f0 + j] = sum[j];
+        row[2 * width + f0 + j] = m[j];
+      }
+    }
+  }
+  delete regs;
+}
+
+// ---- Gradients ----
+
+// What reaches one edge's message from d (the result): `grad` rows are
+// [num_dst, width] (sum, mean with 1/degree folded in; max / min with the
+// winners in `arg`), or [num_dst, 3 * width] d (the softmax state) with the
+// finished state in `state`.
+enum class Seed { kWhole, kWinner, kSoftmax };
+
+template <Seed S, typename T, typename Index>
+struct CodeSeed {
+  const T* grad;
+  const Index* arg;   // kWinner
+  const T* state;     // kSoftmax
+  int64_t width;
+
+  // Seeds the adjoints of edge e into destination v for features [f0, f0 + n); false when none reaches it.
+  bool Apply(const EdgeCode<T>& p, int64_t v, Index e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {
+    constexpr int64_t kTile = CodeTile<T>();
+    T* adj = r->adjoints;
+    std::memset(adj, 0, sizeof(T) * kTile * p.num_instructions);
+    if constexpr (S == Seed::kSoftmax) {
+      const T* d_acc = grad + v * 3 * width + f0;
+      const T* d_sum = d_acc + width;
+      const T* m = state + v * 3 * width + 2 * width + f0;
+      const T* z = r->value[p.score];
+      const T* x = r->value[p.value];
+      T* dx = adj + p.value * kTile;
+      T* dz = adj + p.score * kTile;
+      for (int64_t j = 0; j < n; ++j) {
+        const T w = SoftmaxWeight(z[j], m[j]);
+        dx[j] += w * d_acc[j];
+        dz[j] += w * (d_acc[j] * x[j] + d_sum[j]);
+      }
+    } else {
+      const T* g = grad + v * width + f0;
+      T* dm = adj + p.value * kTile;
+      bool any = S == Seed::kWhole;
+      for (int64_t j = 0; j < n; ++j) {
+        if constexpr (S == Seed::kWinner) {
+          const bool won = arg[v * width + f0 + j] == e;
+          dm[j] = won ? g[j] : T(0);
+          any = any || won;
+        } else {
+          dm[j] = g[j];
+        }
+      }
+      return any;
+    }
+    return true;
+  }
+};
+
+// Adds the adjoints of the loads of `side` (kLoadSrc also takes typed loads)
+// into `row`, the gradient row of their operand for edge e.
+template <typename T>
+inline void AddLoadAdjoints(const EdgeCode<T>& p, int side, const T* adj, int64_t e, int64_t f0, int64_t n,
+                            T* row) {
+  constexpr int64_t kTile = CodeTile<T>();
+  for (int i = 0; i < p.num_instructions; ++i) {
+    const int32_t* ins = p.Ins(i);
+    const int op = ins[0] == kLoadSrcTyped ? kLoadSrc : ins[0];
+    if (op != side) continue;
+    T* base = row + (ins[0] == kLoadSrcTyped ? static_cast<int64_t>(p.type[e]) * ins[2] : 0);
+    const T* a = adj + i * kTile;
+    const int32_t start = p.contiguous[ins[1]];
+    if (start >= 0) {
+      T* __restrict out = base + start + f0;
+      for (int64_t j = 0; j < n; ++j) out[j] += a[j];
+    } else {
+      const int32_t* index = p.tables + ins[1] * p.width + f0;
+      for (int64_t j = 0; j < n; ++j) base[index[j]] += a[j];
+    }
+  }
+}
+
+// d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide.
+template <Seed S, typename T, typename Index>
+void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
+                 int64_t first, int64_t last, T* d_src) {
+  constexpr int64_t kTile = CodeTile<T>();
+  auto* regs = new CodeRegisters<T>;
+  for (int64_t u = first; u < last; ++u) {
+    T* row = d_src + u * p.src_width;
+    std::memset(row, 0, sizeof(T) * p.src_width);
+    for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
+      const Index v = csr.Row(k), e = csr.Edge(k);
+      for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
+        const int64_t n = std::min(kTile, p.width - f0);
+        EvalTile(p, u, v, e, f0, n, regs);
+        if (!seed.Apply(p, v, e, f0, n, regs)) continue;
+        AdjointTile(p, regs, n);
+        AddLoadAdjoints(p, kLoadSrc, regs->adjoints, e, f0, n, row);
+      }
+    }
+  }
+  delete regs;
+}
+
+// d x_dst (side kLoadDst: rows per destination) or d edge (kLoadEdge: rows per
+// edge): walks the destination-grouped (CSC) segments [first, last).
+template <Seed S, typename T, typename Index>
+void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
+                       int side, int64_t first, int64_t last, T* out) {
+  constexpr int64_t kTile = CodeTile<T>();
+  auto* regs = new CodeRegisters<T>;
+  const int64_t out_width = side == kLoadDst ? p.dst_width : p.edge_width;
+  for (int64_t v = first; v < last; ++v) {
+    if (side == kLoadDst) std::memset(out + v * out_width, 0, sizeof(T) * out_width);
+    for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
+      const Index e = csc.Edge(k);
+      T* row = out + (side == kLoadDst ? v : static_cast<int64_t>(e)) * out_width;
+      if (side == kLoadEdge) std::memset(row, 0, sizeof(T) * out_width);
+      for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
+        const int64_t n = std::min(kTile, p.width - f0);
+        EvalTile(p, csc.Row(k), v, e, f0, n, regs);
+        if (!seed.Apply(p, v, e, f0, n, regs)) continue;
+        AdjointTile(p, regs, n);
+        AddLoadAdjoints(p, side, regs->adjoints, e, f0, n, row);
+      }
+    }
+  }
+  delete regs;
+}
+
+}  // namespace ngra
+
+#endif  // NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
