@@ -20,6 +20,11 @@ G is a random upstream gradient d loss / d out; edge e goes from src(e) to dst(e
     torch.sparse.sampled_addmm  cuSPARSE's SDDMM on A's pattern
     gather + sum (CuPy)         (G[dst] * X[src]).sum(1); skipped where its E x d rows exceed a quarter
                                 of free device memory
+  gate      G-GCN's edge gate out[v] = sum over edges u -> v of tanh(a[u] + b[v]) * c[u], checked against
+            float64 numpy on sampled destinations; ngra's generic edge code against its own template:
+    ngra gate_tanh (template)   fused_gather's compiled gate_tanh program (the pass's baseline)
+    ngra edge code (interp.)    the same stage as edge code (ops/kernels/edge_code.h), the program
+                                interpreted per edge and feature, over the same schedule
 
 Workloads:
   (a) NGra §6.1: A is 10,000 x 10,000 at densities 0.01%, 0.1%, 1%, 10%; X is 10,000 x 128 float32;
@@ -162,13 +167,28 @@ def dweight_traffic_bytes(nnz, width, value_bytes=4, index_bytes=4):
     })
 
 
+def gate_traffic_bytes(num_rows, nnz, width, value_bytes=4, index_bytes=4):
+    """G-GCN's gate on a square graph: per edge its index and the gathered [a | c] row (2 x d),
+    per destination its b row and its output."""
+    return with_total({
+        "indptr": (num_rows + 1) * index_bytes,
+        "indices": nnz * index_bytes,
+        "gathered rows": nnz * 2 * width * value_bytes,
+        "destination rows": num_rows * width * value_bytes,
+        "output": num_rows * width * value_bytes,
+    })
+
+
 PASSES = {
     "forward": "forward, out = A @ X",
     "dx": "backward, d/dX = A^T @ G",
     "dweight": "backward, d/dweight[e] = G[dst(e)] . X[src(e)]",
+    "gate": "forward, G-GCN gate: sum of tanh(a[src] + b[dst]) * c[src], edge code vs template",
 }
-# Each pass's ratios are against cuSPARSE: its SpMM through CuPy, its SDDMM through torch.
-BASELINES = {"forward": "cuSPARSE SpMM (CuPy)", "dx": "cuSPARSE SpMM (CuPy)", "dweight": "torch.sparse.sampled_addmm"}
+# Each pass's ratios are against cuSPARSE: its SpMM through CuPy, its SDDMM through torch; the
+# gate's against ngra's own compiled template, which the generic edge code is meant to approach.
+BASELINES = {"forward": "cuSPARSE SpMM (CuPy)", "dx": "cuSPARSE SpMM (CuPy)", "dweight": "torch.sparse.sampled_addmm",
+             "gate": "ngra gate_tanh (template)"}
 
 
 def pass_bytes(name, num_vertices, nnz, width):
@@ -177,6 +197,8 @@ def pass_bytes(name, num_vertices, nnz, width):
         return traffic_bytes(num_vertices, nnz, width)["total"]
     if name == "dx":
         return dx_traffic_bytes(num_vertices, nnz, width)["total"]
+    if name == "gate":
+        return gate_traffic_bytes(num_vertices, nnz, width)["total"]
     return dweight_traffic_bytes(nnz, width)["total"]
 
 
@@ -237,7 +259,8 @@ def load_library(archs, out, verbose=False, defines=()):
     lib.ngra_bench_create.restype = p
     lib.ngra_bench_create.argtypes = [p, ctypes.c_int, i64, i64, i64, p, p, p, p, p, i64, i64]
     lib.ngra_bench_destroy.argtypes = [p]
-    for name in ("ngra_bench_spmm", "ngra_bench_spmm_op", "ngra_bench_grad_src", "ngra_bench_grad_weight"):
+    for name in ("ngra_bench_spmm", "ngra_bench_spmm_op", "ngra_bench_grad_src", "ngra_bench_grad_weight",
+                 "ngra_bench_gate", "ngra_bench_gate_code"):
         getattr(lib, name).argtypes = [p, p, p, i64, p]
         getattr(lib, name).restype = ctypes.c_int
     lib.ngra_bench_schedule_counts.argtypes = [p, ctypes.c_int, ctypes.POINTER(i64)]
@@ -269,6 +292,10 @@ class Case:
         self.out = cp.empty((n, width), dtype=cp.float32)
         self.out_dx = cp.empty((n, width), dtype=cp.float32)
         self.out_dweight = cp.empty(nnz, dtype=cp.float32)
+        if "gate" in passes:  # [a | c] per source, b per destination
+            self.x2 = cp.asarray(rng.standard_normal((n, 2, width), dtype=np.float32))
+            self.xd = cp.asarray(rng.standard_normal((n, width), dtype=np.float32))
+            self.out_gate = cp.empty((n, width), dtype=cp.float32)
         stream = cp.cuda.get_current_stream()
         self.handle = lib.ngra_bench_create(stream.ptr, cp.cuda.Device().id, n, n, nnz, self.indptr.data.ptr,
                                             self.indices.data.ptr, self.csr_indptr.data.ptr, self.csr_dst.data.ptr,
@@ -289,7 +316,8 @@ class Case:
             self.t_matrix_t = torch.sparse_csr_tensor(as_torch(self.csr_indptr), as_torch(self.csr_dst),
                                                       as_torch(self.matrix_t.data), size=(n, n))
             self.t_x, self.t_grad = as_torch(self.x), as_torch(self.grad)
-        builders = {"forward": self._forward_systems, "dx": self._dx_systems, "dweight": self._dweight_systems}
+        builders = {"forward": self._forward_systems, "dx": self._dx_systems, "dweight": self._dweight_systems,
+                    "gate": self._gate_systems}
         self.skipped = {name: {} for name in passes}
         self.systems = {name: builders[name](torch) for name in passes}
 
@@ -330,6 +358,12 @@ class Case:
                 f"its {gathered / 1e9:.1f} GB of gathered rows exceed a quarter of free device memory")
         return systems
 
+    def _gate_systems(self, torch):
+        return {
+            "ngra gate_tanh (template)": lambda: self._ngra("ngra_bench_gate", self.x2, self.xd, self.out_gate),
+            "ngra edge code (interp.)": lambda: self._ngra("ngra_bench_gate_code", self.x2, self.xd, self.out_gate),
+        }
+
     def free_bytes(self):
         """Device memory free to allocate: the driver's, and what CuPy's pool holds unused."""
         return self.cp.cuda.runtime.memGetInfo()[0] + self.cp.get_default_memory_pool().free_bytes()
@@ -358,11 +392,24 @@ class Case:
             return self.cp.asnumpy(self.matrix @ self.x), slice(None), "cuSPARSE"
         if name == "dx":
             return self.cp.asnumpy(self.matrix_t @ self.grad), slice(None), "cuSPARSE"
+        if name == "gate":
+            return self._gate_reference()
         edges = self._sample_edges()
         at = self.cp.asarray(edges)
         g = self.cp.asnumpy(self.grad[self.edge_dst[at]]).astype(np.float64)
         x = self.cp.asnumpy(self.x[self.indices[at]]).astype(np.float64)
         return np.einsum("ij,ij->i", g, x), edges, "float64 numpy"
+
+    def _gate_reference(self, size=512):
+        """The gate in float64 numpy at a random sample of destinations."""
+        rows = np.sort(np.random.default_rng(2).choice(self.n, size=min(size, self.n), replace=False))
+        indptr, indices = self.cp.asnumpy(self.indptr), self.cp.asnumpy(self.indices)
+        x2, xd = self.cp.asnumpy(self.x2).astype(np.float64), self.cp.asnumpy(self.xd).astype(np.float64)
+        want = np.zeros((rows.size, self.width))
+        for i, v in enumerate(rows):
+            src = indices[indptr[v]:indptr[v + 1]]
+            want[i] = (np.tanh(x2[src, 0] + xd[v]) * x2[src, 1]).sum(axis=0)
+        return want, rows, "float64 numpy"
 
     def _sample_edges(self, size=4096):
         """A random sample of edges for the d/dweight reference (float64 dot products of all of them

@@ -152,7 +152,8 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
   int64_t typed_max = -1, typed_stride = 0;  // the typed loads' largest table entry, their slot stride
   for (int i = 0; i < p.num_instructions; ++i) {
     const int32_t* ins = p.Ins(i);
-    if (ins[3] >= num_constants && (ins[0] == kConst || ins[0] == kLeakyRelu || ins[0] == kPowConst)) {
+    // Any op may carry a constant index (the evaluator reads it whenever it is not -1): bound them all.
+    if (ins[3] >= num_constants && !IsLoad(ins[0])) {
       return InvalidArgument("code[", i, "] reads constant ", ins[3], " of ", num_constants);
     }
     if (!IsLoad(ins[0])) continue;

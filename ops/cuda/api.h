@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/kernels/edge_code.h"
 #include "ops/kernels/programs.h"
 #include "ops/kernels/propagate.h"
 #include "ops/kernels/reducers.h"
@@ -199,6 +200,40 @@ std::string RunFusedGather(const Backend& backend, const FusedProblem<T, Index>&
 template <typename Backend, typename T, typename Index>
 std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Index>& problem, Wrt wrt,
                                const T* grad, const Index* argedge, T* out, const WalkConfig& config = {});
+
+// ---- Edge code (ops/kernels/edge_code.h): any element-wise edge stage ----
+
+// The validated operands of NgraEdgeCode. program.code and program.tables
+// are on the HOST (the op's code attribute and its host-memory `tables`
+// input; a run copies them to the device); its constants, x_src, x_dst, edge
+// and type are device pointers. The CPU walks' host-only fields
+// (contiguous, uniform) are not used.
+template <typename T, typename Index>
+struct EdgeCodeProblem {
+  EdgeCode<T> program;
+  int64_t num_tables = 0;
+  bool softmax = false;          // reduce=softmax: out rows are the online-softmax state [acc | sum | m]
+  Reduce reduce = Reduce::kSum;  // the reduce otherwise
+  Segments<Index> csc;           // forward walk; edge ids are positions
+  Segments<Index> csr;           // d/dx_src walk; csr.edge_ids maps to edge ids
+  int64_t num_src = 0, num_dst = 0, num_edges = 0;
+  const T* init = nullptr;  // shaped like out: where the forward starts (may be out), or null
+};
+
+// NgraEdgeCode: out [num_dst, width] ([num_dst, 3 * width] for softmax);
+// argedge [num_dst, width] for max/min.
+template <typename Backend, typename T, typename Index>
+std::string RunEdgeCode(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, T* out, Index* argedge,
+                        const WalkConfig& config = {});
+
+// NgraEdgeCodeGrad w.r.t. x_src, x_dst or edge_data (Wrt::kEdgeWeight): out
+// is shaped like that operand. grad is shaped like the forward's out;
+// argedge (max/min) and state (softmax: the forward's finished state) are as
+// the forward gave them, null otherwise.
+template <typename Backend, typename T, typename Index>
+std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, Wrt wrt,
+                            const T* grad, const Index* argedge, const T* state, T* out,
+                            const WalkConfig& config = {});
 
 // ---- For benchmarks: the schedule built once, then only the kernel timed ----
 

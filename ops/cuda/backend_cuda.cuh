@@ -1,6 +1,8 @@
 // GpuStream: runs the thread bodies as CUDA kernels on a given stream.
 // nvcc only. Everything is enqueued asynchronously on the stream, except
-// CopyToHost, which waits for it (the one synchronisation per validated op).
+// CopyToHost, which waits for it (the one synchronisation per validated op),
+// and CopyToDevice from pageable memory (an edge program), which waits for
+// the stream's earlier work before it starts.
 #ifndef NGRA_OPS_CUDA_BACKEND_CUDA_CUH_
 #define NGRA_OPS_CUDA_BACKEND_CUDA_CUH_
 
@@ -50,6 +52,16 @@ inline std::string CopyToHost(const GpuStream& gpu, void* dst, const void* src, 
   cudaError_t status = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, StreamOf(gpu));
   if (status == cudaSuccess) status = cudaStreamSynchronize(StreamOf(gpu));
   return status == cudaSuccess ? "" : CudaError("copying check results to the host", status);
+}
+
+// A small host array (an edge program, its index tables) to the device, in
+// stream order. From pageable memory the call returns once the bytes are
+// staged, so `src` may go away right after; it waits for the stream's earlier
+// work first, which the validated ops have already waited for (Finish).
+inline std::string CopyToDevice(const GpuStream& gpu, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return "";
+  const cudaError_t status = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, StreamOf(gpu));
+  return status == cudaSuccess ? "" : CudaError("copying an edge program to the device", status);
 }
 
 // Launch errors (bad configuration, no kernel image for this GPU) surface

@@ -33,6 +33,11 @@ inline std::string CopyToHost(const HostEmulation&, void* dst, const void* src, 
   return "";
 }
 
+inline std::string CopyToDevice(const HostEmulation&, void* dst, const void* src, size_t bytes) {
+  if (bytes > 0) std::memcpy(dst, src, bytes);
+  return "";
+}
+
 inline std::string LastError(const HostEmulation&) { return ""; }
 
 // Stable sort of (key, id) pairs by key, descending.

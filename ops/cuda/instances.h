@@ -59,6 +59,21 @@
       const Backend&, const FusedProblem<T, Index>&, Wrt, const T*, const Index*, T*,      \
       const WalkConfig&);
 
+// Edge code: validation and the forward; the gradients.
+#define NGRA_GPU_INSTANCES_EDGE_CODE(Prefix, Backend, T, Index)                                                     \
+  Prefix template std::string ValidateEdgeCode<Backend, T, Index>(                                                \
+      const Backend&, const EdgeCodeAttrs&, const EdgeCodeInputs&, bool, EdgeCodeProblem<T, Index>*);             \
+  Prefix template std::string ValidateEdgeCodeGrad<Backend, T, Index>(                                            \
+      const Backend&, const EdgeCodeAttrs&, const std::string&, const TensorInfo&, const TensorInfo&,             \
+      const TensorInfo&, const EdgeCodeInputs&, EdgeCodeProblem<T, Index>*, Wrt*);                                \
+  Prefix template std::string RunEdgeCode<Backend, T, Index>(const Backend&, const EdgeCodeProblem<T, Index>&, T*, \
+                                                             Index*, const WalkConfig&);
+
+#define NGRA_GPU_INSTANCES_EDGE_CODE_GRAD(Prefix, Backend, T, Index)                                                \
+  Prefix template std::string RunEdgeCodeGrad<Backend, T, Index>(const Backend&, const EdgeCodeProblem<T, Index>&, \
+                                                                 Wrt, const T*, const Index*, const T*, T*,        \
+                                                                 const WalkConfig&);
+
 // Every instance for one backend (the harness's extern declarations).
 #define NGRA_GPU_INSTANCES_ALL(Prefix, Backend)                  \
   NGRA_GPU_INSTANCES_INDEX(Prefix, Backend, int32_t)             \
@@ -74,6 +89,14 @@
   NGRA_GPU_INSTANCES_FUSED_GRAD(Prefix, Backend, float, int32_t) \
   NGRA_GPU_INSTANCES_FUSED_GRAD(Prefix, Backend, float, int64_t) \
   NGRA_GPU_INSTANCES_FUSED_GRAD(Prefix, Backend, double, int32_t) \
-  NGRA_GPU_INSTANCES_FUSED_GRAD(Prefix, Backend, double, int64_t)
+  NGRA_GPU_INSTANCES_FUSED_GRAD(Prefix, Backend, double, int64_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE(Prefix, Backend, float, int32_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE(Prefix, Backend, float, int64_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE(Prefix, Backend, double, int32_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE(Prefix, Backend, double, int64_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE_GRAD(Prefix, Backend, float, int32_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE_GRAD(Prefix, Backend, float, int64_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE_GRAD(Prefix, Backend, double, int32_t) \
+  NGRA_GPU_INSTANCES_EDGE_CODE_GRAD(Prefix, Backend, double, int64_t)
 
 #endif  // NGRA_OPS_CUDA_INSTANCES_H_

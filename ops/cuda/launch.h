@@ -337,6 +337,15 @@ void LaunchWidest(const Launcher& launch, const Aligned& aligned) {
 template <typename T>
 constexpr int kMaxRun = 16 / sizeof(T) < kPerLane ? 16 / sizeof(T) : kPerLane;
 
+// A term with kScalarRuns = true never reads in vector runs (edge code reads
+// its operands through index tables): only V = 1 is instantiated for it.
+template <typename Term, typename = void>
+struct ScalarRuns : std::false_type {};
+template <typename Term>
+struct ScalarRuns<Term, std::void_t<decltype(Term::kScalarRuns)>> : std::bool_constant<Term::kScalarRuns> {};
+template <typename Term, typename T>
+constexpr int kMaxRunOf = ScalarRuns<Term>::value ? 1 : kMaxRun<T>;
+
 // Runs a segment reduction of `term` over `schedule`, then folds split
 // segments; each segment starts from its row of `init` (which may be out)
 // when init is not null.
@@ -353,7 +362,7 @@ std::string ReduceWalk(const Backend& backend, const Segments<Index>& seg, const
   NGRA_GPU_RETURN_IF_ERROR(CheckThreads(threads));
   // Vector runs where every row read or written is aligned for them (TF's
   // buffers are; the width decides: 16 bytes for d = 128, 8 for d = 602).
-  LaunchWidest<kMaxRun<T>, T>(
+  LaunchWidest<kMaxRunOf<Term, T>, T>(
       [&](auto run) {
         Launch(backend,
                SegmentReduceBody<R, Term, T, Index, decltype(run)::value>{seg, schedule, geo, term, out, arg, partial,

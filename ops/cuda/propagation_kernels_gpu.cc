@@ -4,6 +4,7 @@
 // includes no CUDA header, so TF's bundled CUDA 12.3 headers never meet nvcc
 // 13's. Shape functions are those of ops/cc/ops.cc; the checks and their
 // messages are the CPU kernels' (ops/cuda/validate.h).
+#include <cstdint>
 #include <deque>
 #include <string>
 #include <vector>
@@ -273,6 +274,84 @@ class FusedGatherGradGpuOp : public OpKernel {
   std::string program_, reduce_, wrt_;
 };
 
+// ---- NgraEdgeCode and its gradient ----
+
+EdgeCodeInputs EdgeCodeInputsOf(OpKernelContext* ctx, int first) {
+  EdgeCodeInputs in;
+  TensorInfo* slots[] = {&in.x_src,      &in.x_dst,   &in.edge_data, &in.edge_type, &in.constants, &in.tables,
+                         &in.csc_indptr, &in.csc_src, &in.csr_indptr, &in.csr_dst,  &in.csr_edge};
+  for (int i = 0; i < 11; ++i) *slots[i] = Info(ctx->input(first + i));
+  return in;
+}
+
+// The attributes both ops share, checked as the CPU kernel checks them.
+absl::Status ReadEdgeCodeAttrs(OpKernelConstruction* ctx, EdgeCodeAttrs* attrs) {
+  std::vector<int64_t> code;
+  int value = 0, score = -1;
+  std::string reduce;
+  TF_RETURN_IF_ERROR(ctx->GetAttr("code", &code));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("value", &value));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("score", &score));
+  TF_RETURN_IF_ERROR(ctx->GetAttr("reduce", &reduce));
+  return CheckStatus(ParseEdgeCodeAttrs(code, value, score, reduce, attrs));
+}
+
+template <typename T, typename Index>
+class EdgeCodeGpuOp : public OpKernel {
+ public:
+  explicit EdgeCodeGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) { OP_REQUIRES_OK(ctx, ReadEdgeCodeAttrs(ctx, &attrs_)); }
+
+  void Compute(OpKernelContext* ctx) override {
+    OpStream stream(ctx);
+    EdgeCodeProblem<T, Index> problem;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateEdgeCode<GpuStream, T, Index>(stream.get(), attrs_, EdgeCodeInputsOf(ctx, 0),
+                                                                          false, &problem)));
+    TensorShape out_shape;
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape(
+                            {problem.num_dst, (attrs_.softmax() ? 3 : 1) * problem.program.width}, &out_shape));
+    Tensor *out = nullptr, *aux = nullptr;
+    OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 11, out_shape, attrs_.reduce, &out, &problem.init));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(attrs_.reduce) ? out_shape : TensorShape({0}), &aux));
+    OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCode<GpuStream, T, Index>(stream.get(), problem, Data<T>(out),
+                                                                   Data<Index>(aux))));
+  }
+
+ private:
+  EdgeCodeAttrs attrs_;
+};
+
+template <typename T, typename Index>
+class EdgeCodeGradGpuOp : public OpKernel {
+ public:
+  explicit EdgeCodeGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadEdgeCodeAttrs(ctx, &attrs_));
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& grad = ctx->input(0);
+    const Tensor& aux = ctx->input(1);
+    const Tensor& state = ctx->input(2);
+    OpStream stream(ctx);
+    EdgeCodeProblem<T, Index> problem;
+    Wrt wrt = Wrt::kXSrc;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateEdgeCodeGrad<GpuStream, T, Index>(
+                            stream.get(), attrs_, wrt_, Info(grad), Info(aux), Info(state), EdgeCodeInputsOf(ctx, 3),
+                            &problem, &wrt)));
+    const int wrt_input = wrt == Wrt::kXSrc ? 3 : wrt == Wrt::kXDst ? 4 : 5;
+    Tensor* out = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(wrt_input).shape(), &out));
+    const Index* arg = IsExtreme(attrs_.reduce) ? Data<Index>(aux) : nullptr;
+    const T* finished = attrs_.softmax() ? Data<T>(state) : nullptr;
+    OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCodeGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad), arg,
+                                                                       finished, Data<T>(out))));
+  }
+
+ private:
+  EdgeCodeAttrs attrs_;
+  std::string wrt_;
+};
+
 #define NGRA_REGISTER_GPU(T, Index)                                                                         \
   REGISTER_KERNEL_BUILDER(                                                                                  \
       Name("NgraGather").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),         \
@@ -291,7 +370,20 @@ class FusedGatherGradGpuOp : public OpKernel {
       FusedGatherGpuOp<T, Index>);                                                                          \
   REGISTER_KERNEL_BUILDER(                                                                                  \
       Name("NgraFusedGatherGrad").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"), \
-      FusedGatherGradGpuOp<T, Index>);
+      FusedGatherGradGpuOp<T, Index>);                                                                      \
+  /* The program's tables stay on the host: they are checked and inverted there. */                         \
+  REGISTER_KERNEL_BUILDER(Name("NgraEdgeCode")                                                              \
+                              .Device(DEVICE_GPU)                                                           \
+                              .TypeConstraint<T>("T")                                                       \
+                              .TypeConstraint<Index>("Tindex")                                              \
+                              .HostMemory("tables"),                                                        \
+                          EdgeCodeGpuOp<T, Index>);                                                         \
+  REGISTER_KERNEL_BUILDER(Name("NgraEdgeCodeGrad")                                                          \
+                              .Device(DEVICE_GPU)                                                           \
+                              .TypeConstraint<T>("T")                                                       \
+                              .TypeConstraint<Index>("Tindex")                                              \
+                              .HostMemory("tables"),                                                        \
+                          EdgeCodeGradGpuOp<T, Index>);
 
 NGRA_REGISTER_GPU(float, int32_t)
 NGRA_REGISTER_GPU(float, int64_t)

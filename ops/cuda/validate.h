@@ -103,6 +103,91 @@ std::string ValidateFusedGrad(const Backend& backend, const std::string& program
                               const std::string& wrt, const TensorInfo& grad, const TensorInfo& argedge,
                               const FusedInputs& inputs, FusedProblem<T, Index>* problem, Wrt* which);
 
+// ---- Edge code ----
+
+// The attributes of NgraEdgeCode and NgraEdgeCodeGrad, checked when the
+// kernel is built (as the CPU kernel's CodeAttrs, same messages).
+struct EdgeCodeAttrs {
+  std::vector<int32_t> code;
+  int value = 0, score = -1;
+  std::string reduce;
+  bool reads[4] = {false, false, false, false};  // per load opcode: src, dst, edge, typed src
+
+  int num_instructions() const { return static_cast<int>(code.size() / kInstructionInts); }
+  bool softmax() const { return reduce == "softmax"; }
+};
+
+inline std::string ParseEdgeCodeAttrs(const std::vector<int64_t>& raw, int value, int score,
+                                      const std::string& reduce, EdgeCodeAttrs* attrs) {
+  auto str = [](int64_t v) { return std::to_string(v); };
+  if (reduce != "sum" && reduce != "mean" && reduce != "max" && reduce != "min" && reduce != "softmax") {
+    return "reduce must be one of sum, mean, max, min, softmax; got '" + reduce + "'";
+  }
+  if (raw.empty() || raw.size() % kInstructionInts != 0) {
+    return "code must hold " + str(kInstructionInts) + " ints per instruction, got " + str(raw.size());
+  }
+  const int n = static_cast<int>(raw.size() / kInstructionInts);
+  if (n > kMaxInstructions) {
+    return "code has " + str(n) + " instructions; at most " + str(kMaxInstructions) + " are supported";
+  }
+  *attrs = EdgeCodeAttrs();
+  attrs->code.assign(raw.begin(), raw.end());
+  attrs->value = value;
+  attrs->score = score;
+  attrs->reduce = reduce;
+  for (int i = 0; i < n; ++i) {
+    const int32_t* ins = attrs->code.data() + i * kInstructionInts;
+    const int op = ins[0];
+    const std::string at = "code[" + str(i) + "]: ";
+    if (op < 0 || op >= kNumOpcodes) return at + "unknown opcode " + str(op);
+    if (IsLoad(op)) {
+      attrs->reads[op] = true;
+      if (ins[1] < 0) return at + "a load needs a table row, got " + str(ins[1]);
+      if (op == kLoadSrcTyped && ins[2] <= 0) return at + "a typed load needs a positive slot stride, got " + str(ins[2]);
+    } else if (op == kConst) {
+      if (ins[3] < 0) return at + "a constant needs its index, got " + str(ins[3]);
+    } else {
+      const bool binary = IsBinary(op);
+      if (ins[1] < 0 || ins[1] >= i || (binary && (ins[2] < 0 || ins[2] >= i))) {
+        return at + "operands must be earlier registers, got " + str(ins[1]) + ", " + str(ins[2]);
+      }
+      if ((op == kLeakyRelu || op == kPowConst) && ins[3] < 0) {
+        return at + "opcode " + str(op) + " needs a constant parameter";
+      }
+    }
+  }
+  if (value < 0 || value >= n) return "value must be a register in [0, " + str(n) + "), got " + str(value);
+  const bool softmax = reduce == "softmax";
+  if (softmax != (score >= 0) || score >= n) {
+    return softmax ? "reduce=softmax needs a score register in [0, " + str(n) + "), got " + str(score)
+                   : "score must be -1 unless reduce=softmax";
+  }
+  return "";
+}
+
+// The eleven inputs NgraEdgeCode and NgraEdgeCodeGrad share, x_src first.
+// `tables` is on the host (HostMemory in the GPU kernels' registration):
+// its entries are checked there, and the gradients invert it there.
+struct EdgeCodeInputs {
+  TensorInfo x_src, x_dst, edge_data, edge_type, constants, tables, csc_indptr, csc_src, csr_indptr, csr_dst,
+      csr_edge;
+};
+
+// NgraEdgeCode (init: ValidateInit, with the output shape [num_dst, width]
+// or [num_dst, 3 * width]); fills problem. check_csr: the walk reads the CSR
+// arrays (the d/dx_src gradient).
+template <typename Backend, typename T, typename Index>
+std::string ValidateEdgeCode(const Backend& backend, const EdgeCodeAttrs& attrs, const EdgeCodeInputs& inputs,
+                             bool check_csr, EdgeCodeProblem<T, Index>* problem);
+
+// NgraEdgeCodeGrad: the forward checks, then grad, aux (argedge, max/min),
+// state (softmax) and wrt (x_src, x_dst or edge_data; *which is kEdgeWeight
+// for edge_data).
+template <typename Backend, typename T, typename Index>
+std::string ValidateEdgeCodeGrad(const Backend& backend, const EdgeCodeAttrs& attrs, const std::string& wrt,
+                                 const TensorInfo& grad, const TensorInfo& aux, const TensorInfo& state,
+                                 const EdgeCodeInputs& inputs, EdgeCodeProblem<T, Index>* problem, Wrt* which);
+
 }  // namespace gpu
 }  // namespace ngra
 

@@ -2,6 +2,7 @@
 #ifndef NGRA_OPS_CUDA_VALIDATE_IMPL_H_
 #define NGRA_OPS_CUDA_VALIDATE_IMPL_H_
 
+#include <algorithm>
 #include <string>
 
 #include "ops/cuda/launch.h"
@@ -120,6 +121,37 @@ std::string ValidateGatherGradArg(const Backend& backend, const TensorInfo& grad
   return "";
 }
 
+// The CSR arrays of a fused op (the d/dx_src walk's), after the checks
+// already in v: csr_indptr's shape and values, that csr_dst and csr_edge
+// count the E edges, and with check_csr (the walk reads them) their values.
+template <typename Backend, typename Index>
+void CsrChecks(Validator<Backend, Index>& v, const TensorInfo& csr_indptr, const TensorInfo& csr_dst,
+               const TensorInfo& csr_edge, int64_t num_src, int64_t num_dst, int64_t E, bool check_csr) {
+  const std::string csr_shape = IndptrShape(csr_indptr, "csr_indptr", num_src);
+  int hr = -1;
+  if (csr_shape.empty()) {
+    hr = v.Indptr("csr_indptr", csr_indptr.As<Index>(), csr_indptr.NumElements());
+  } else {
+    v.Host([csr_shape]() { return csr_shape; });
+  }
+  v.Host([&v, &csr_dst, &csr_edge, hr, E]() -> std::string {
+    if (hr < 0) return "";  // csr_indptr's shape error came first
+    const int64_t positions = v.Last(hr);
+    if (positions != E || csr_dst.dims() != 1 || csr_dst.NumElements() != E || csr_edge.dims() != 1 ||
+        csr_edge.NumElements() != E) {
+      return "csr_indptr[-1], csr_dst and csr_edge must all count the " + Str(E) + " edges of csc_indptr; got " +
+             Str(positions) + ", " + csr_dst.ShapeString() + ", " + csr_edge.ShapeString();
+    }
+    return "";
+  });
+  if (check_csr && hr >= 0) {
+    v.Ids("csr_dst", csr_dst.As<Index>(), csr_dst.NumElements(), 0, num_dst);
+    const int64_t n = csr_edge.NumElements();
+    v.Ids("csr_edge", csr_edge.As<Index>(), n, 0, n);
+    v.Permutation("csr_edge", csr_edge.As<Index>(), n);
+  }
+}
+
 struct ProgramFlags {
   int src_parts = 1;  // 0: any (type_select)
   bool uses_dst = false, uses_weight = false, uses_type = false;
@@ -227,29 +259,7 @@ std::string ValidateFused(const Backend& backend, const std::string& program, co
   }
 
   const TensorInfo& csr_indptr = inputs.csr_indptr;
-  const std::string csr_shape = IndptrShape(csr_indptr, "csr_indptr", num_src);
-  int hr = -1;
-  if (csr_shape.empty()) {
-    hr = v.Indptr("csr_indptr", csr_indptr.As<Index>(), csr_indptr.NumElements());
-  } else {
-    v.Host([csr_shape]() { return csr_shape; });
-  }
-  v.Host([&, hr]() -> std::string {
-    if (hr < 0) return "";  // csr_indptr's shape error came first
-    const int64_t positions = v.Last(hr);
-    if (positions != E || inputs.csr_dst.dims() != 1 || inputs.csr_dst.NumElements() != E ||
-        inputs.csr_edge.dims() != 1 || inputs.csr_edge.NumElements() != E) {
-      return "csr_indptr[-1], csr_dst and csr_edge must all count the " + Str(E) + " edges of csc_indptr; got " +
-             Str(positions) + ", " + inputs.csr_dst.ShapeString() + ", " + inputs.csr_edge.ShapeString();
-    }
-    return "";
-  });
-  if (check_csr && hr >= 0) {
-    v.Ids("csr_dst", inputs.csr_dst.As<Index>(), inputs.csr_dst.NumElements(), 0, num_dst);
-    const int64_t n = inputs.csr_edge.NumElements();
-    v.Ids("csr_edge", inputs.csr_edge.As<Index>(), n, 0, n);
-    v.Permutation("csr_edge", inputs.csr_edge.As<Index>(), n);
-  }
+  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr);
   NGRA_GPU_RETURN_IF_ERROR(v.Finish());
 
   problem->num_edges = E;
@@ -294,6 +304,173 @@ std::string ValidateFusedGrad(const Backend& backend, const std::string& program
   const bool used = *which == Wrt::kXSrc || (*which == Wrt::kXDst && info.uses_dst) ||
                     (*which == Wrt::kEdgeWeight && info.uses_weight);
   if (!used) return "program " + program + " has no operand " + wrt + " to differentiate";
+  return "";
+}
+
+// ---- Edge code: the checks of ParseCodeArgs (ops/cc/edge_code_kernels.cc) ----
+
+// An operand matrix: [rows, any width] when the program reads it, empty otherwise.
+inline std::string CodeOperandShape(const TensorInfo& t, const char* name, bool read, int64_t rows,
+                                    const char* what) {
+  if (!read) return t.NumElements() != 0 ? std::string(name) + " must be empty: the program does not read it" : "";
+  if (t.dims() != 2 || (rows >= 0 && t.dim(0) != rows)) {
+    return std::string(name) + " must be shaped [" + Str(rows) + " (one row per " + what + "), width], got " +
+           t.ShapeString();
+  }
+  return "";
+}
+
+// The loads' constants and tables against the operands (host data); sets
+// *typed_bound to the number of types a typed load can address (-1: none).
+template <typename T>
+std::string CodeTables(const EdgeCode<T>& p, int64_t num_tables, int64_t num_constants, bool reads_typed,
+                       int64_t* typed_bound) {
+  int64_t typed_max = -1, typed_stride = 0;  // the typed loads' largest table entry, their slot stride
+  for (int i = 0; i < p.num_instructions; ++i) {
+    const int32_t* ins = p.Ins(i);
+    if (ins[3] >= num_constants && (ins[0] == kConst || ins[0] == kLeakyRelu || ins[0] == kPowConst)) {
+      return "code[" + Str(i) + "] reads constant " + Str(ins[3]) + " of " + Str(num_constants);
+    }
+    if (!IsLoad(ins[0])) continue;
+    if (ins[1] >= num_tables) return "code[" + Str(i) + "] reads table " + Str(ins[1]) + " of " + Str(num_tables);
+    const int64_t bound = ins[0] == kLoadDst ? p.dst_width : ins[0] == kLoadEdge ? p.edge_width : p.src_width;
+    const int32_t* row = p.tables + static_cast<int64_t>(ins[1]) * p.width;
+    for (int64_t f = 0; f < p.width; ++f) {
+      if (row[f] < 0 || row[f] >= bound) {
+        return "tables[" + Str(ins[1]) + ", " + Str(f) + "] = " + Str(row[f]) + " is out of range [0, " + Str(bound) +
+               ") for the load at code[" + Str(i) + "]";
+      }
+    }
+    if (ins[0] == kLoadSrcTyped) {
+      if (typed_stride != 0 && typed_stride != ins[2]) return "typed loads must share one slot stride";
+      typed_stride = ins[2];
+      for (int64_t f = 0; f < p.width; ++f) typed_max = std::max<int64_t>(typed_max, row[f]);
+    }
+  }
+  // Type t reads entries + t * stride: all of them must stay inside the row.
+  *typed_bound = reads_typed && p.width > 0 ? (p.src_width - 1 - typed_max) / typed_stride + 1 : -1;
+  return "";
+}
+
+template <typename Backend, typename T, typename Index>
+std::string ValidateEdgeCode(const Backend& backend, const EdgeCodeAttrs& attrs, const EdgeCodeInputs& inputs,
+                             bool check_csr, EdgeCodeProblem<T, Index>* problem) {
+  const TensorInfo& x_src = inputs.x_src;
+  if (x_src.dims() != 2) return "x_src must be a matrix [num_src, width], got " + x_src.ShapeString();
+  const TensorInfo& csc_indptr = inputs.csc_indptr;
+  const int64_t num_src = x_src.dim(0);
+  const int64_t num_dst = csc_indptr.dims() == 1 ? csc_indptr.NumElements() - 1 : -1;
+  NGRA_GPU_RETURN_IF_ERROR(IndptrShape(csc_indptr, "csc_indptr", -1));
+
+  DeviceScope scope(backend);  // the checks run on the op's GPU, whatever the thread's current one
+  NGRA_GPU_RETURN_IF_ERROR(scope.error());
+  Validator<Backend, Index> v(backend);
+  // A host check whose message is known now: nothing after it is checked.
+  auto stop = [&v](const std::string& error) {
+    v.Host([error]() { return error; });
+    return v.Finish();
+  };
+  const int h = v.Indptr("csc_indptr", csc_indptr.As<Index>(), csc_indptr.NumElements());
+  // Until the checks are judged, E is the length of csc_src; the first host
+  // check below makes sure it is indptr[-1].
+  const int64_t E = inputs.csc_src.NumElements();
+  v.Host([&]() -> std::string {
+    if (inputs.csc_src.dims() != 1 || E != v.Last(h)) {
+      return "csc_src must be a vector of " + Str(v.Last(h)) + " ids, got shape " + inputs.csc_src.ShapeString();
+    }
+    return "";
+  });
+  v.Ids("csc_src", inputs.csc_src.As<Index>(), E, 0, num_src);
+  const bool* reads = attrs.reads;
+  std::string error = CodeOperandShape(inputs.x_dst, "x_dst", reads[kLoadDst], num_dst, "destination vertex");
+  if (error.empty()) error = CodeOperandShape(inputs.edge_data, "edge_data", reads[kLoadEdge], E, "edge");
+  const TensorInfo& type = inputs.edge_type;
+  if (error.empty() && reads[kLoadSrcTyped] && (type.dims() != 1 || type.NumElements() != E)) {
+    error = "edge_type must be a vector of " + Str(E) + " types, got shape " + type.ShapeString();
+  } else if (error.empty() && !reads[kLoadSrcTyped] && type.NumElements() != 0) {
+    error = "edge_type must be empty: the program has no typed load";
+  }
+  if (error.empty() && inputs.constants.dims() != 1) {
+    error = "constants must be a vector, got shape " + inputs.constants.ShapeString();
+  }
+  if (error.empty() && inputs.tables.dims() != 2) {
+    error = "tables must be a matrix [num_tables, width], got " + inputs.tables.ShapeString();
+  }
+  if (!error.empty()) return stop(error);
+
+  EdgeCode<T>& p = problem->program;
+  p = EdgeCode<T>();
+  p.code = attrs.code.data();
+  p.num_instructions = attrs.num_instructions();
+  p.constants = inputs.constants.As<T>();
+  p.tables = inputs.tables.As<int32_t>();
+  p.width = inputs.tables.dim(1);
+  p.value = attrs.value;
+  p.score = attrs.score;
+  p.x_src = x_src.As<T>();
+  p.src_width = x_src.dim(1);
+  p.x_dst = reads[kLoadDst] ? inputs.x_dst.As<T>() : nullptr;
+  p.dst_width = reads[kLoadDst] ? inputs.x_dst.dim(1) : 0;
+  p.edge = reads[kLoadEdge] ? inputs.edge_data.As<T>() : nullptr;
+  p.edge_width = reads[kLoadEdge] ? inputs.edge_data.dim(1) : 0;
+  p.type = reads[kLoadSrcTyped] ? type.As<int32_t>() : nullptr;
+  int64_t typed_bound = -1;
+  error = CodeTables(p, inputs.tables.dim(0), inputs.constants.NumElements(), reads[kLoadSrcTyped], &typed_bound);
+  if (!error.empty()) return stop(error);
+  if (typed_bound >= 0) v.Types("edge_type", p.type, E, typed_bound);
+
+  const TensorInfo& csr_indptr = inputs.csr_indptr;
+  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr);
+  NGRA_GPU_RETURN_IF_ERROR(v.Finish());
+
+  problem->num_tables = inputs.tables.dim(0);
+  problem->softmax = attrs.softmax();
+  if (!problem->softmax) ParseReduce(attrs.reduce, &problem->reduce);
+  problem->num_src = num_src;
+  problem->num_dst = num_dst;
+  problem->num_edges = E;
+  problem->csc = Segments<Index>{csc_indptr.As<Index>(), E > 0 ? inputs.csc_src.As<Index>() : nullptr, nullptr,
+                                 num_dst};
+  problem->csr = Segments<Index>{csr_indptr.As<Index>(), E > 0 ? inputs.csr_dst.As<Index>() : nullptr,
+                                 E > 0 ? inputs.csr_edge.As<Index>() : nullptr, num_src};
+  return "";
+}
+
+template <typename Backend, typename T, typename Index>
+std::string ValidateEdgeCodeGrad(const Backend& backend, const EdgeCodeAttrs& attrs, const std::string& wrt,
+                                 const TensorInfo& grad, const TensorInfo& aux, const TensorInfo& state,
+                                 const EdgeCodeInputs& inputs, EdgeCodeProblem<T, Index>* problem, Wrt* which) {
+  int side = kLoadSrc;
+  if (wrt == "x_src") {
+    *which = Wrt::kXSrc;
+  } else if (wrt == "x_dst") {
+    *which = Wrt::kXDst;
+    side = kLoadDst;
+  } else if (wrt == "edge_data") {
+    *which = Wrt::kEdgeWeight;
+    side = kLoadEdge;
+  } else {
+    return "wrt must be one of x_src, x_dst, edge_data; got '" + wrt + "'";
+  }
+  NGRA_GPU_RETURN_IF_ERROR(ValidateEdgeCode(backend, attrs, inputs, *which == Wrt::kXSrc, problem));
+  const bool softmax = attrs.softmax(), extreme = attrs.reduce == "max" || attrs.reduce == "min";
+  const std::vector<int64_t> grad_shape{problem->num_dst, (softmax ? 3 : 1) * problem->program.width};
+  const std::string shape_string = TensorInfo{nullptr, grad_shape}.ShapeString();
+  if (grad.shape != grad_shape) return "grad must be shaped " + shape_string + ", got " + grad.ShapeString();
+  if (extreme) {
+    if (aux.shape != grad_shape) return "aux (argedge) must be shaped " + shape_string + ", got " + aux.ShapeString();
+    DeviceScope scope(backend);
+    NGRA_GPU_RETURN_IF_ERROR(scope.error());
+    Validator<Backend, Index> v(backend);
+    v.Ids("aux", aux.As<Index>(), aux.NumElements(), -1, problem->num_edges);
+    NGRA_GPU_RETURN_IF_ERROR(v.Finish());
+  }
+  if (softmax && state.shape != grad_shape) {
+    return "state must be the forward's softmax state " + shape_string + ", got " + state.ShapeString();
+  }
+  if (!attrs.reads[side] && !(side == kLoadSrc && attrs.reads[kLoadSrcTyped])) {
+    return "the program reads no " + wrt + " to differentiate";
+  }
   return "";
 }
 

@@ -73,15 +73,31 @@ inline void EvalTile(const EdgeCode<T>& p, int64_t u, int64_t v, int64_t e, int6
   }
 }
 
-// Sends the adjoints in r->adjoints (seeded by the caller, zero elsewhere) back to the loads.
+// needed[i]: whether register i depends on a load of `side` (kLoadSrc also
+// takes typed loads), so that its adjoint reaches that side's gradient.
 template <typename T>
-inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count) {
+inline void NeededFor(const EdgeCode<T>& p, int side, bool* needed) {
+  for (int i = 0; i < p.num_instructions; ++i) {
+    const int32_t* ins = p.Ins(i);
+    const int op = ins[0] == kLoadSrcTyped ? kLoadSrc : ins[0];
+    if (IsLoad(ins[0]) || op == kConst) {
+      needed[i] = op == side;
+    } else {
+      needed[i] = needed[ins[1]] || (IsBinary(op) && needed[ins[2]]);
+    }
+  }
+}
+
+// Sends the adjoints in r->adjoints (seeded by the caller, zero elsewhere) back to the loads whose
+// registers are `needed`; nothing is computed for the others.
+template <typename T>
+inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count, const bool* needed) {
   constexpr int64_t kTile = CodeTile<T>();
   T* adj = r->adjoints;
   for (int i = p.num_instructions - 1; i >= 0; --i) {
     const int32_t* ins = p.Ins(i);
     const int op = ins[0];
-    if (IsLoad(op) || op == kConst) continue;
+    if (IsLoad(op) || op == kConst || !needed[i]) continue;
     const bool binary = IsBinary(op);
     const T* a = r->value[ins[1]];
     const T* b = r->value[binary ? ins[2] : ins[1]];
@@ -176,7 +192,30 @@ void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first
         EvalTile(p, csc.Row(k), v, csc.Edge(k), f0, n, regs);
         const T* z = regs->value[p.score];
         const T* x = regs->value[p.value];
-        for (int64_t j = 0; j < n; ++j) SoftmaxStep(acc[j], sum[j], m[j], z[j], x[j]);
+        // SoftmaxStep, with its exponential computed once per run of equal (score, maximum): a score per
+        // head is broadcast over the head's features, which sit side by side.
+        T last_z = T(NAN), last_m = T(NAN), keep = T(1), add = T(0), top = T(0);
+        for (int64_t j = 0; j < n; ++j) {
+          if (!(z[j] == last_z && m[j] == last_m)) {
+            last_z = z[j];
+            last_m = m[j];
+            if (z[j] != z[j]) {  // NaN sticks
+              keep = add = z[j];
+              top = m[j];
+            } else if (z[j] > m[j]) {
+              keep = MathExp(m[j] - z[j]);  // 0 while m is -inf (nothing yet)
+              add = T(1);
+              top = z[j];
+            } else {
+              keep = T(1);
+              add = z[j] > T(-INFINITY) ? MathExp(z[j] - m[j]) : T(0);
+              top = m[j];
+            }
+          }
+          sum[j] = sum[j] * keep + add;
+          acc[j] = acc[j] * keep + add * x[j];
+          m[j] = top;
+        }
       }
       for (int64_t j = 0; j < n; ++j) {
         row[f0 + j] = acc[j];
@@ -204,10 +243,15 @@ struct CodeSeed {
   int64_t width;
 
   // Seeds the adjoints of edge e into destination v for features [f0, f0 + n); false when none reaches it.
-  bool Apply(const EdgeCode<T>& p, int64_t v, Index e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {
+  // Only the adjoints of `needed` registers are zeroed: the others are never read.
+  bool Apply(const EdgeCode<T>& p, int64_t v, Index e, int64_t f0, int64_t n, CodeRegisters<T>* r,
+             const bool* needed) const {
     constexpr int64_t kTile = CodeTile<T>();
     T* adj = r->adjoints;
-    std::memset(adj, 0, sizeof(T) * kTile * p.num_instructions);
+    for (int i = 0; i < p.num_instructions; ++i) {
+      if (needed[i]) std::memset(adj + i * kTile, 0, sizeof(T) * n);
+    }
+    if (!needed[p.value] && (p.score < 0 || !needed[p.score])) return false;  // nothing reaches this side
     if constexpr (S == Seed::kSoftmax) {
       const T* d_acc = grad + v * 3 * width + f0;
       const T* d_sum = d_acc + width;
@@ -216,8 +260,13 @@ struct CodeSeed {
       const T* x = r->value[p.value];
       T* dx = adj + p.value * kTile;
       T* dz = adj + p.score * kTile;
+      T last_z = T(NAN), last_m = T(NAN), w = T(0);
       for (int64_t j = 0; j < n; ++j) {
-        const T w = SoftmaxWeight(z[j], m[j]);
+        if (!(z[j] == last_z && m[j] == last_m)) {  // one exponential per head, as in CodeSoftmax
+          last_z = z[j];
+          last_m = m[j];
+          w = SoftmaxWeight(z[j], m[j]);
+        }
         dx[j] += w * d_acc[j];
         dz[j] += w * (d_acc[j] * x[j] + d_sum[j]);
       }
@@ -269,6 +318,8 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
                  int64_t first, int64_t last, T* d_src) {
   constexpr int64_t kTile = CodeTile<T>();
   auto* regs = new CodeRegisters<T>;
+  bool needed[kMaxInstructions];
+  NeededFor(p, kLoadSrc, needed);
   for (int64_t u = first; u < last; ++u) {
     T* row = d_src + u * p.src_width;
     std::memset(row, 0, sizeof(T) * p.src_width);
@@ -277,8 +328,8 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
       for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
         const int64_t n = std::min(kTile, p.width - f0);
         EvalTile(p, u, v, e, f0, n, regs);
-        if (!seed.Apply(p, v, e, f0, n, regs)) continue;
-        AdjointTile(p, regs, n);
+        if (!seed.Apply(p, v, e, f0, n, regs, needed)) continue;
+        AdjointTile(p, regs, n, needed);
         AddLoadAdjoints(p, kLoadSrc, regs->adjoints, e, f0, n, row);
       }
     }
@@ -293,6 +344,8 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
                        int side, int64_t first, int64_t last, T* out) {
   constexpr int64_t kTile = CodeTile<T>();
   auto* regs = new CodeRegisters<T>;
+  bool needed[kMaxInstructions];
+  NeededFor(p, side, needed);
   const int64_t out_width = side == kLoadDst ? p.dst_width : p.edge_width;
   for (int64_t v = first; v < last; ++v) {
     if (side == kLoadDst) std::memset(out + v * out_width, 0, sizeof(T) * out_width);
@@ -303,8 +356,8 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
       for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
         const int64_t n = std::min(kTile, p.width - f0);
         EvalTile(p, csc.Row(k), v, e, f0, n, regs);
-        if (!seed.Apply(p, v, e, f0, n, regs)) continue;
-        AdjointTile(p, regs, n);
+        if (!seed.Apply(p, v, e, f0, n, regs, needed)) continue;
+        AdjointTile(p, regs, n, needed);
         AddLoadAdjoints(p, side, regs->adjoints, e, f0, n, row);
       }
     }

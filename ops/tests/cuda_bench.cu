@@ -13,6 +13,12 @@
 // The gradients, kernels alone over prebuilt schedules, as the first:
 //   ngra_bench_grad_src:    d/dx_src = A^T @ G, a walk over the CSR segments;
 //   ngra_bench_grad_weight: d/dweight[e] = G[dst(e)] . x[src(e)], over the CSC ones.
+// G-GCN's gate, out[v] = sum over edges u -> v of tanh(a[u] + b[v]) * c[u]
+// (x2 = [a | c] shaped [num_src, 2, width], b = xd [num_dst, width]), over
+// the forward's schedule:
+//   ngra_bench_gate:      the fused gather's gate_tanh template (compiled);
+//   ngra_bench_gate_code: the same stage as edge code (interpreted), its
+//                         program copied to the device once per width.
 // Everything runs on the stream given to ngra_bench_create. Functions return
 // 0 on success; ngra_bench_error() says what failed.
 #include <cuda_runtime.h>
@@ -22,6 +28,7 @@
 #include <vector>
 
 #include "ops/cuda/backend_cuda.cuh"
+#include "ops/cuda/edge_code_launch.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/validate_impl.h"
 
@@ -72,6 +79,14 @@ struct Bench {
   Schedule<int32_t> edge_schedule;  // of csc in finer chunks (PerEdgeWalk): d/dweight
   Arena persistent;  // the prebuilt schedules
   Arena scratch;     // per call
+  // The gate as edge code for gate_width, on the device (cudaMalloc'd).
+  int64_t gate_width = -1;
+  int32_t* gate_code = nullptr;
+  int32_t* gate_tables = nullptr;
+  ~Bench() {
+    if (gate_code != nullptr) cudaFree(gate_code);
+    if (gate_tables != nullptr) cudaFree(gate_tables);
+  }
 };
 
 using Term = ngra::gpu::MessageTerm<SrcMulEdge, WeightKind::kScalar, float, int32_t>;
@@ -108,6 +123,33 @@ Operands<float> OperandsOf(const float* x, const float* weight, int64_t width) {
   in.weight_width = 1;
   in.width = width;
   return in;
+}
+
+// tanh(a[f] + b[f]) * c[f], with x_src rows [a | c] and x_dst rows b.
+constexpr int32_t kGateCode[] = {ngra::kLoadSrc, 0, 0, -1, ngra::kLoadDst, 1, 0, -1, ngra::kAdd,  0, 1, -1,
+                                 ngra::kTanh,    2, 0, -1, ngra::kLoadSrc, 2, 0, -1, ngra::kMul,  3, 4, -1};
+constexpr int kGateInstructions = sizeof(kGateCode) / sizeof(kGateCode[0]) / ngra::kInstructionInts;
+
+// The gate program for `width` on the device (copied once per width).
+std::string GateProgram(Bench* b, int64_t width) {
+  if (b->gate_width == width) return "";
+  std::vector<int32_t> tables(3 * width);
+  for (int64_t f = 0; f < width; ++f) {
+    tables[f] = tables[width + f] = static_cast<int32_t>(f);  // a, b
+    tables[2 * width + f] = static_cast<int32_t>(width + f);  // c
+  }
+  if (b->gate_code != nullptr) cudaFree(b->gate_code);
+  if (b->gate_tables != nullptr) cudaFree(b->gate_tables);
+  b->gate_code = b->gate_tables = nullptr;
+  cudaError_t status = cudaMalloc(&b->gate_code, sizeof(kGateCode));
+  if (status == cudaSuccess) status = cudaMalloc(&b->gate_tables, tables.size() * sizeof(int32_t));
+  if (status == cudaSuccess) status = cudaMemcpy(b->gate_code, kGateCode, sizeof(kGateCode), cudaMemcpyHostToDevice);
+  if (status == cudaSuccess) {
+    status = cudaMemcpy(b->gate_tables, tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
+  }
+  if (status != cudaSuccess) return ngra::gpu::CudaError("copying the gate program", status);
+  b->gate_width = width;
+  return "";
 }
 
 }  // namespace
@@ -218,6 +260,46 @@ int ngra_bench_grad_weight(void* handle, const float* x, const float* grad, int6
     problem.in = OperandsOf(x, nullptr, width);
     return ngra::gpu::WeightGradWalk<SrcMulEdge, false, WeightKind::kScalar>(b->gpu, problem, b->edge_schedule,
                                                                              Upstream{grad, nullptr}, out);
+  });
+}
+
+// out [num_dst, width] = sum over edges u -> v of tanh(a[u] + b[v]) * c[u],
+// x2 [num_src, 2, width] = [a | c], xd [num_dst, width] = b: the gate_tanh template.
+int ngra_bench_gate(void* handle, const float* x2, const float* xd, int64_t width, float* out) {
+  return Call(handle, [&](Bench* b) {
+    Operands<float> in;
+    in.x_src = x2;
+    in.src_slots = 2;
+    in.x_dst = xd;
+    in.width = width;
+    using GateTerm = ngra::gpu::MessageTerm<ngra::Gate<ngra::Tanh>, WeightKind::kNone, float, int32_t>;
+    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->schedule, ngra::gpu::GeometryFor(width, 1),
+                                               GateTerm{b->csc, in}, out, static_cast<int32_t*>(nullptr));
+  });
+}
+
+// The same as edge code: the interpreted program over the same schedule.
+int ngra_bench_gate_code(void* handle, const float* x2, const float* xd, int64_t width, float* out) {
+  return Call(handle, [&](Bench* b) {
+    std::string error = GateProgram(b, width);
+    if (!error.empty()) return error;
+    ngra::gpu::EdgeCodeProblem<float, int32_t> problem;
+    problem.reduce = Reduce::kSum;
+    problem.csc = b->csc;
+    problem.num_dst = b->csc.num_segments;
+    problem.num_src = b->num_src;
+    problem.num_edges = b->num_edges;
+    ngra::EdgeCode<float> p;
+    p.code = b->gate_code;
+    p.num_instructions = kGateInstructions;
+    p.tables = b->gate_tables;
+    p.width = width;
+    p.value = kGateInstructions - 1;
+    p.x_src = x2;
+    p.src_width = 2 * width;
+    p.x_dst = xd;
+    p.dst_width = width;
+    return ngra::gpu::RunEdgeCodeScheduled(b->gpu, problem, p, b->schedule, out, static_cast<int32_t*>(nullptr));
   });
 }
 

@@ -1,6 +1,7 @@
 // Standalone harness for the GPU kernels (no TensorFlow): runs every GPU
 // entry point (ops/cuda/api.h) and the CPU kernels (ops/kernels) on the same
-// random graphs and compares them.
+// random graphs and compares them. Edge code (NgraEdgeCode and its
+// gradients) is checked on random programs: harness_edge_code.h.
 //
 //   emulated: the GPU algorithm through HostEmulation (any machine; CI runs it)
 //   gpu:      on CUDA device 0 (builds with NGRA_HARNESS_GPU=1, linked with the
@@ -35,12 +36,14 @@
 #include <vector>
 
 #include "ops/cuda/backend_host.h"
+#include "ops/cuda/edge_code_launch.h"
 #include "ops/cuda/instances.h"
 #include "ops/cuda/launch.h"
 #include "ops/cuda/validate_impl.h"
 #include "ops/kernels/propagate.h"
 #include "ops/tests/harness_bad_input.h"
 #include "ops/tests/harness_check.h"
+#include "ops/tests/harness_edge_code.h"
 #include "ops/tests/harness_graph.h"
 #include "ops/tests/harness_runtime.h"
 
@@ -267,17 +270,6 @@ struct Setting {
     return want;
   }
 
-  // got against the CPU's `want`; where they differ by more than the
-  // tolerance, float64 decides (see CompareWithExact).
-  template <typename Exact>
-  std::string CompareSums(const std::vector<T>& got, const std::vector<T>& want, int64_t row, Exact&& exact) {
-    std::string error = CompareClose(got, want, row);
-    if (error.empty() || sizeof(T) == sizeof(double)) return error;
-    error = CompareWithExact(got, want, exact(), row);
-    if (error.empty()) ++tally.decided_by_exact;
-    return error;
-  }
-
   bool Deterministic() const { return std::strcmp(Runtime::kName, "gpu") == 0; }
 
   // ---- fused_gather, forward and gradients ----
@@ -347,7 +339,7 @@ struct Setting {
     std::string error = forward(&got, &got_arg);
     if (error.empty()) {
       if (!kExtreme) {
-        error = CompareSums(got, out, width, [&] {
+        error = CompareSums(got, out, width, tally, [&] {
           std::vector<Index> unused;
           return CpuForward<P, R, K>(Exact(), &unused, with_init);
         });
@@ -422,7 +414,7 @@ struct Setting {
     std::vector<T> got;
     std::string error = run(&got);
     if (error.empty()) {
-      error = CompareSums(got, want, row, [&] {
+      error = CompareSums(got, want, row, tally, [&] {
         int64_t unused = 0;
         return CpuGrad<P, R, K>(Exact(), wrt, arg, &unused);
       });
@@ -667,6 +659,24 @@ void RunAll(Runtime& rt, bool large, bool quick, Tally& tally) {
   empty.spec = empty.wide_spec = GraphSpec{5, 4, 0, 0, 0, 0.0, 3};
   empty.widths = {3};
   RunSetting<Runtime, float, int32_t>(rt, empty, "float/int32 no-edges", tally);
+
+  // Edge code: random programs with every reduce and gradient (harness_edge_code.h).
+  EdgeCodeBadInput(rt, tally);
+  const std::string name = Runtime::kName;
+  const GraphSpec code_spec = large ? GraphSpec{4000, 3000, 40000, 6000, 4000, 0.1, 4}
+                                    : GraphSpec{60, 50, 300, 80, 60, 0.1, 4};
+  const std::vector<int64_t> code_widths =
+      large ? std::vector<int64_t>{1, 16, 33, 128} : std::vector<int64_t>{1, 5, 8, 17};
+  const std::vector<int64_t> code_chunks = large ? std::vector<int64_t>{16, 256} : std::vector<int64_t>{8, 64};
+  const int programs = quick ? 8 : large ? 12 : 24;
+  EdgeCodeChecks<Runtime, float>(rt, MakeGraph<int32_t>(code_spec), programs, code_widths, code_chunks, 11,
+                                 name + " float/int32", tally);
+  GraphSpec double_spec = code_spec;
+  double_spec.seed = 5;
+  EdgeCodeChecks<Runtime, double>(rt, MakeGraph<int64_t>(double_spec), quick ? 3 : 8, {3, 8}, {16}, 12,
+                                  name + " double/int64", tally);
+  EdgeCodeChecks<Runtime, float>(rt, MakeGraph<int32_t>(empty.spec), 2, {3}, {8}, 13, name + " float/int32 no-edges",
+                                 tally);
 }
 
 }  // namespace

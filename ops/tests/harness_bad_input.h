@@ -5,6 +5,7 @@
 #define NGRA_OPS_TESTS_HARNESS_BAD_INPUT_H_
 
 #include <cstdint>
+#include <deque>
 #include <string>
 #include <vector>
 
@@ -159,6 +160,176 @@ void BadInput(Runtime& rt, Tally& tally) {
                                  }(), &problem, &wrt),
            "program copy_src has no operand x_dst to differentiate");
   }
+  rt.Reset();
+}
+
+// ---- Edge code: ParseEdgeCodeAttrs and ValidateEdgeCode*, messages as the CPU kernel's ----
+
+template <typename Runtime>
+void EdgeCodeBadInput(Runtime& rt, Tally& tally) {
+  using Index = int32_t;
+  using Backend = typename Runtime::Backend;
+  using gpu::TensorInfo;
+  const std::string prefix = std::string(Runtime::kName) + " bad-input edge_code";
+  auto expect = [&](const std::string& name, const std::string& got, const std::string& want) {
+    tally.Record(prefix + " " + name, got == want ? "" : "got '" + got + "', want '" + want + "'");
+  };
+  auto ids = [&](const std::vector<Index>& v, std::vector<int64_t> shape = {}) {
+    if (shape.empty()) shape = {static_cast<int64_t>(v.size())};
+    return TensorInfo{rt.Put(v), shape};
+  };
+  auto types = [&](const std::vector<int32_t>& v) { return TensorInfo{rt.Put(v), {static_cast<int64_t>(v.size())}}; };
+  auto values = [&](std::vector<int64_t> shape) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    return TensorInfo{n > 0 ? rt.Put(std::vector<float>(n)) : nullptr, shape};
+  };
+  std::deque<std::vector<int32_t>> host_tables;  // tables live on the host
+  auto tables = [&](const std::vector<int32_t>& v, std::vector<int64_t> shape) {
+    host_tables.push_back(v);
+    return TensorInfo{host_tables.back().data(), shape};
+  };
+  struct Attrs {
+    std::vector<int64_t> code{0, 0, 0, -1, 1, 1, 0, -1, 26, 0, 1, -1};  // x_src[t0] * x_dst[t1]
+    int value = 2, score = -1;
+    std::string reduce = "sum";
+  };
+  // 3 sources, 2 destinations, 3 edges; widths 2.
+  gpu::EdgeCodeInputs ok;
+  ok.x_src = values({3, 2});
+  ok.x_dst = values({2, 2});
+  ok.edge_data = values({0, 0});
+  ok.edge_type = TensorInfo{nullptr, {0}};
+  ok.constants = TensorInfo{rt.Put(std::vector<float>{0.5f}), {1}};
+  ok.tables = tables({0, 1, 1, 0}, {2, 2});
+  ok.csc_indptr = ids({0, 1, 3});
+  ok.csc_src = ids({2, 0, 1});
+  ok.csr_indptr = ids({0, 1, 2, 3});
+  ok.csr_dst = ids({1, 1, 0});
+  ok.csr_edge = ids({1, 2, 0});
+  auto forward = [&](const gpu::EdgeCodeInputs& in, const Attrs& a) {
+    gpu::EdgeCodeAttrs attrs;
+    std::string error = gpu::ParseEdgeCodeAttrs(a.code, a.value, a.score, a.reduce, &attrs);
+    gpu::EdgeCodeProblem<float, Index> problem;
+    if (error.empty()) error = gpu::ValidateEdgeCode<Backend, float, Index>(rt.backend(), attrs, in, false, &problem);
+    return error;
+  };
+  auto backward = [&](const gpu::EdgeCodeInputs& in, const Attrs& a, const std::string& wrt, const TensorInfo& grad,
+                      const TensorInfo& aux, const TensorInfo& state) {
+    gpu::EdgeCodeAttrs attrs;
+    std::string error = gpu::ParseEdgeCodeAttrs(a.code, a.value, a.score, a.reduce, &attrs);
+    gpu::EdgeCodeProblem<float, Index> problem;
+    gpu::Wrt which;
+    if (error.empty()) {
+      error = gpu::ValidateEdgeCodeGrad<Backend, float, Index>(rt.backend(), attrs, wrt, grad, aux, state, in,
+                                                               &problem, &which);
+    }
+    return error;
+  };
+  auto with_code = [](std::vector<int64_t> code, int value) {
+    Attrs a;
+    a.code = std::move(code);
+    a.value = value;
+    return a;
+  };
+  expect("ok", forward(ok, Attrs()), "");
+
+  // The attributes (the kernel's construction).
+  expect("operands", forward(ok, with_code({5, 3, 0, -1}, 0)), "code[0]: operands must be earlier registers, got 3, 0");
+  expect("opcode", forward(ok, with_code({99, 0, 0, -1}, 0)), "code[0]: unknown opcode 99");
+  expect("ints", forward(ok, with_code({0, 0, 0}, 0)), "code must hold 4 ints per instruction, got 3");
+  expect("value", forward(ok, with_code({0, 0, 0, -1}, 3)), "value must be a register in [0, 1), got 3");
+  Attrs a = Attrs();
+  a.reduce = "softmax";
+  expect("softmax score", forward(ok, a), "reduce=softmax needs a score register in [0, 3), got -1");
+  a = Attrs();
+  a.score = 0;
+  expect("score", forward(ok, a), "score must be -1 unless reduce=softmax");
+  expect("param", forward(ok, with_code({0, 0, 0, -1, 18, 0, 0, -1}, 1)), "code[1]: opcode 18 needs a constant parameter");
+  expect("typed stride", forward(ok, with_code({3, 0, 0, -1}, 0)),
+         "code[0]: a typed load needs a positive slot stride, got 0");
+
+  // The inputs, in the CPU kernel's order.
+  gpu::EdgeCodeInputs bad = ok;
+  bad.x_src = values({3, 1, 2});
+  expect("x_src rank", forward(bad, Attrs()), "x_src must be a matrix [num_src, width], got [3,1,2]");
+  bad = ok;
+  bad.csc_src = ids({2, 3, 1});
+  expect("csc_src range", forward(bad, Attrs()), "csc_src[1] = 3 is out of range [0, 3)");
+  expect("x_dst empty", forward(ok, with_code({0, 0, 0, -1}, 0)), "x_dst must be empty: the program does not read it");
+  bad = ok;
+  bad.x_dst = values({3, 2});
+  expect("x_dst rows", forward(bad, Attrs()),
+         "x_dst must be shaped [2 (one row per destination vertex), width], got [3,2]");
+  // A device check that fails comes before a later host check that fails.
+  bad.csc_indptr = ids({0, 2, 1});
+  expect("indptr before x_dst", forward(bad, Attrs()),
+         "csc_indptr must be non-decreasing, but csc_indptr[2] = 1 < csc_indptr[1] = 2");
+  bad = ok;
+  bad.x_dst = values({0, 0});
+  bad.edge_data = values({2, 1});
+  expect("edge_data rows", forward(bad, with_code({0, 0, 0, -1, 2, 0, 0, -1, 26, 0, 1, -1}, 2)),
+         "edge_data must be shaped [3 (one row per edge), width], got [2,1]");
+  expect("table index", forward(ok, with_code({0, 0, 0, -1, 1, 7, 0, -1, 26, 0, 1, -1}, 2)), "code[1] reads table 7 of 2");
+  bad = ok;
+  bad.tables = tables({0, 5, 1, 0}, {2, 2});
+  expect("table entry", forward(bad, Attrs()), "tables[0, 1] = 5 is out of range [0, 2) for the load at code[0]");
+  expect("constant index", forward(ok, with_code({0, 0, 0, -1, 1, 1, 0, -1, 4, 0, 0, 3}, 2)),
+         "code[2] reads constant 3 of 1");
+  bad = ok;
+  bad.edge_type = types({0, 1, 1});
+  expect("edge_type empty", forward(bad, Attrs()), "edge_type must be empty: the program has no typed load");
+  bad = ok;
+  bad.constants = values({1, 1});
+  expect("constants shape", forward(bad, Attrs()), "constants must be a vector, got shape [1,1]");
+  bad = ok;
+  bad.tables = tables({0, 1}, {2});
+  expect("tables shape", forward(bad, Attrs()), "tables must be a matrix [num_tables, width], got [2]");
+  // Typed loads: x_src [3, 4] in slots of 2, so types 0 and 1 fit.
+  gpu::EdgeCodeInputs typed = ok;
+  typed.x_src = values({3, 4});
+  typed.x_dst = values({0, 0});
+  typed.tables = tables({0, 1}, {1, 2});
+  typed.edge_type = types({0, 1, 1});
+  const Attrs typed_load = with_code({3, 0, 2, -1}, 0);
+  expect("typed ok", forward(typed, typed_load), "");
+  bad = typed;
+  bad.edge_type = types({0, 2, 1});
+  expect("typed range", forward(bad, typed_load), "edge_type[1] = 2 is out of range [0, 2)");
+  bad.edge_type = types({0, 1});
+  expect("typed shape", forward(bad, typed_load), "edge_type must be a vector of 3 types, got shape [2]");
+  expect("typed strides", forward(typed, with_code({3, 0, 2, -1, 3, 0, 1, -1, 24, 0, 1, -1}, 2)),
+         "typed loads must share one slot stride");
+  bad = ok;
+  bad.csr_dst = ids({1, 1});
+  expect("csr count", forward(bad, Attrs()),
+         "csr_indptr[-1], csr_dst and csr_edge must all count the 3 edges of csc_indptr; got 3, [2], [3]");
+  bad = ok;
+  bad.csr_indptr = ids({0, 1, 3});
+  expect("csr_indptr length", forward(bad, Attrs()), "csr_indptr must have 4 entries (one per vertex, plus one), got 3");
+
+  // The gradient's own checks.
+  const TensorInfo grad = values({2, 2}), none{nullptr, {0}};
+  bad = ok;
+  bad.csr_edge = ids({1, 2, 1});
+  expect("grad csr_edge duplicate", backward(bad, Attrs(), "x_src", grad, none, none),
+         "csr_edge must be a permutation, but 1 appears twice (again at position 2)");
+  expect("grad x_dst reads no csr", backward(bad, Attrs(), "x_dst", grad, none, none), "");
+  expect("grad shape", backward(ok, Attrs(), "x_src", values({2, 3}), none, none),
+         "grad must be shaped [2,2], got [2,3]");
+  a = Attrs();
+  a.reduce = "max";
+  expect("grad aux range", backward(ok, a, "x_src", grad, ids({0, 7, -1, 2}, {2, 2}), none),
+         "aux[1] = 7 is out of range [-1, 3)");
+  expect("grad aux shape", backward(ok, a, "x_src", grad, ids({0, 1}), none),
+         "aux (argedge) must be shaped [2,2], got [2]");
+  a = Attrs();
+  a.reduce = "softmax";
+  a.score = 2;
+  expect("grad state", backward(ok, a, "x_src", values({2, 6}), none, values({2, 2})),
+         "state must be the forward's softmax state [2,6], got [2,2]");
+  expect("grad wrt", backward(ok, Attrs(), "edge_data", grad, none, none),
+         "the program reads no edge_data to differentiate");
   rt.Reset();
 }
 

@@ -127,6 +127,19 @@ std::string CompareWithExact(const std::vector<T>& got, const std::vector<T>& cp
   return "";
 }
 
+// got against the CPU kernel's `want`, per row; where they differ by more
+// than the tolerance, the float64 result (exact(), computed only then)
+// decides, as CompareWithExact says.
+template <typename T, typename Exact>
+std::string CompareSums(const std::vector<T>& got, const std::vector<T>& want, int64_t row, Tally& tally,
+                        Exact&& exact) {
+  std::string error = CompareClose(got, want, row);
+  if (error.empty() || sizeof(T) == sizeof(double)) return error;
+  error = CompareWithExact(got, want, exact(), row);
+  if (error.empty()) ++tally.decided_by_exact;
+  return error;
+}
+
 // Runs fn(first, last) over edge-balanced blocks of seg on all cores (the CPU
 // reference is the slow side of a GPU run).
 template <typename Index, typename Fn>

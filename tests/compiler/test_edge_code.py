@@ -190,6 +190,7 @@ def test_edge_code_rejects_bad_programs():
         (dict(code=[0, 0, 0], value=0), "4 ints per instruction"),
         (dict(code=[0, 0, 0, -1], value=3), "value must be a register"),
         (dict(code=[0, 7, 0, -1], value=0), "reads table 7 of 1"),
+        (dict(code=[0, 0, 0, -1, 24, 0, 0, 5], value=1), r"code\[1\] reads constant 5 of 0"),
     ]
     for attrs, message in cases:
         with pytest.raises(tf.errors.InvalidArgumentError, match=message):

@@ -6,10 +6,12 @@ fails here (CI has nvcc but no GPU); the harness itself is host C++ (nvcc -x
 c++). Without nvcc its emulated half is built with g++. The emulated mode runs
 the GPU algorithm (schedule, chunk splitting, combine passes, argument checks)
 on the host against the CPU kernels and always runs; the GPU mode needs a GPU
-and is skipped without one.
+and is skipped without one. The emulated mode includes the edge code checks
+(random programs, every reduce and gradient: ops/tests/harness_edge_code.h).
 """
 
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -58,6 +60,16 @@ def test_emulated(harness):
     binary, _ = harness
     code, output, summary = run(binary, "--mode=emulated")
     assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
+
+
+# Slow like every test of the harness fixture (tests/conftest.py SLOW): it compiles every CUDA source.
+@pytest.mark.slow
+def test_emulated_edge_code_checks_run(harness):
+    """The random edge programs (ops/tests/harness_edge_code.h) alone: they must run, not only pass."""
+    binary, _ = harness
+    code, output, summary = run(binary, "--mode=emulated", "--filter=edge_code")
+    passed = re.search(r"(\d+) passed", summary)
+    assert code == 0 and summary.endswith(" 0 failed") and passed and int(passed.group(1)) >= 600, output[-6000:]
 
 
 def test_gpu(harness):

@@ -35,7 +35,7 @@ def test_arguments():
     quick = bench_cuda.parse_args(["--quick", "--repeats=9"])
     assert (quick.vertices, quick.edges, quick.repeats) == (23_300, 2_320_000, 5)
     assert bench_cuda.parse_args(["--densities=0.5", "--widths=7"]).widths == [7]
-    assert args.passes == ["forward", "dx", "dweight"]
+    assert args.passes == ["forward", "dx", "dweight", "gate"]
     assert bench_cuda.parse_args(["--passes=dweight, forward"]).passes == ["forward", "dweight"]
     for bad in (["--densities=2"], ["--densities=x"], ["--widths=0"], ["--chunk=0"], ["--passes=dy"], ["--passes=,"]):
         with pytest.raises(SystemExit):
@@ -94,6 +94,10 @@ def test_traffic_bytes():
     assert bench_cuda.dweight_traffic_bytes(nnz=100, width=8) == {"indices": 800, "gathered rows": 6400,
                                                                   "output": 400, "total": 7600}
     assert bench_cuda.pass_bytes("dx", 10, 100, 8) == dx["total"]
+    gate = bench_cuda.gate_traffic_bytes(num_rows=10, nnz=100, width=8)
+    assert gate == {"indptr": 44, "indices": 400, "gathered rows": 6400, "destination rows": 320, "output": 320,
+                    "total": 7484}
+    assert bench_cuda.pass_bytes("gate", 10, 100, 8) == gate["total"]
 
 
 def test_peak_bandwidth(monkeypatch):
@@ -120,7 +124,7 @@ def test_scratch_covers_partial_rows():
 def test_dry_run_prints_every_case(capsys):
     bench_cuda.main(["--dry-run", "--densities=0.0001,0.001", "--vertices=3000", "--edges=30000", "--widths=16,32"])
     out = capsys.readouterr().out
-    assert out.count("moved without reuse") == 4 * 3 and "density 0.01%" in out and "d = 32" in out
+    assert out.count("moved without reuse") == 4 * 4 and "density 0.01%" in out and "d = 32" in out
     bench_cuda.main(["--dry-run", "--no-reddit", "--densities=0.001", "--passes=dweight"])
     assert capsys.readouterr().out.count("moved without reuse") == 1
 
@@ -238,6 +242,18 @@ class FakeLibrary:
         self.device.arrays[out][:] = (self.device.arrays[grad][dst] * self.device.arrays[x][indices]).sum(axis=1)
         return 0
 
+    def ngra_bench_gate(self, handle, x2, xd, width, out):
+        indptr, indices, _, _ = self.handles[handle]
+        x2, xd = self.device.arrays[x2], self.device.arrays[xd]
+        dst = np.repeat(np.arange(indptr.size - 1), np.diff(indptr))
+        messages = np.tanh(x2[indices, 0] + xd[dst]) * x2[indices, 1]
+        out_array = self.device.arrays[out]
+        out_array[:] = 0
+        np.add.at(out_array, dst, messages)
+        return 0
+
+    ngra_bench_gate_code = ngra_bench_gate
+
     def ngra_bench_schedule_counts(self, handle, csr, counts):
         counts[0], counts[1], counts[2] = (8, 0, 0) if csr else (7, 1, 2)
         return 0
@@ -265,13 +281,17 @@ def test_case_orchestration(fake_cupyx, capsys):
     assert set(passes["forward"]["systems"]) == {"ngra fused_gather", "ngra fused_gather (op)", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dx"]["systems"]) == {"ngra fused_gather_grad", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dweight"]["systems"]) == {"ngra fused_gather_grad", "gather + sum (CuPy)"}
+    assert set(passes["gate"]["systems"]) == {"ngra gate_tanh (template)", "ngra edge code (interp.)"}
+    assert passes["gate"]["baseline"] == "ngra gate_tanh (template)"
+    assert passes["gate"]["systems"]["ngra edge code (interp.)"]["ratio"] == 1.0
+    assert passes["gate"]["bytes"] == bench_cuda.gate_traffic_bytes(300, 3000, 16)["total"]
     assert passes["dx"]["systems"]["ngra fused_gather_grad"]["ratio"] == 1.0
     assert passes["dweight"]["systems"]["ngra fused_gather_grad"]["ratio"] is None  # no torch: no SDDMM baseline
     assert passes["dweight"]["bytes"] == bench_cuda.dweight_traffic_bytes(3000, 16)["total"]
     assert lib.handles == {}  # closed
     out = capsys.readouterr().out
     assert "7 work items, 1 split segments, 2 partial rows" in out and "8 work items" in out and "1.00x" in out
-    assert out.count("median ms") == 3
+    assert out.count("median ms") == 4
 
 
 def test_case_skips_a_gather_that_does_not_fit(fake_cupyx, capsys):
@@ -284,12 +304,16 @@ def test_case_skips_a_gather_that_does_not_fit(fake_cupyx, capsys):
     assert "gather + sum (CuPy): skipped" in capsys.readouterr().out
 
 
-def test_case_check_catches_a_wrong_gradient(fake_cupyx):
+@pytest.mark.parametrize("entry, passes, match", [
+    ("ngra_bench_grad_weight", "dweight", "d/dweight.*ngra fused_gather_grad"),
+    ("ngra_bench_gate_code", "gate", "G-GCN gate.*ngra edge code"),
+])
+def test_case_check_catches_a_wrong_result(fake_cupyx, entry, passes, match):
     device = FakeDevice()
     lib = FakeLibrary(device)
-    lib.ngra_bench_grad_weight = lambda handle, x, grad, width, out: device.arrays[out].fill(0) or 0
-    args = bench_cuda.parse_args(["--repeats=1", "--warmup=0", "--passes=dweight"])
+    setattr(lib, entry, lambda handle, first, second, width, out: device.arrays[out].fill(0) or 0)
+    args = bench_cuda.parse_args(["--repeats=1", "--warmup=0", f"--passes={passes}"])
     env = {"cp": device, "lib": lib, "torch": None, "peak": None}
-    with pytest.raises(AssertionError, match="d/dweight.*ngra fused_gather_grad"):
+    with pytest.raises(AssertionError, match=match):
         bench_cuda.run_case("tiny", bench_cuda.uniform_graph(300, 3000, seed=4), 16, args, env)
     assert lib.handles == {}
