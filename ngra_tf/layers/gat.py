@@ -5,6 +5,13 @@ LeakyReLU(a_src . z_src + a_dst . z_dst), normalises the scores over each
 destination's in-edges (edge.softmax, so nobody hand-rolls the softmax) and
 weights z_src by them; Gather sums; ApplyVertex concatenates the heads (or
 averages them, for an output layer) and adds the bias.
+
+Compiled, the transforms and the per-head scores are hoisted (once per
+vertex) and the rest fuses into attention with an online softmax: a
+destination's normalisation runs chunk by chunk through the kernels' init,
+with no per-edge tensor. attention_dropout draws per edge, which is not
+element-wise, so while training with it the softmax runs over whole columns
+instead (explain() says which).
 """
 
 import keras
