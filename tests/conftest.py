@@ -62,6 +62,8 @@ SLOW = {
     "tests/runtime/test_functional_models.py::test_tf_function_gradients_of_a_functional_model_match_plain_keras",
     "tests/tools/test_bench_models.py::test_sage_and_gin_rows_against_both_peers",
     "tests/tools/test_bench_kernels.py::test_smallest_case_table_and_plot",
+    "tests/tools/test_bench_models.py::test_user_written_variants_table",
+    "tests/tools/test_bench_models.py::test_programs_against_edge_code",
     "tests/parallel/test_cluster.py::test_bad_cluster_flags",
     # the harness fixture compiles every CUDA source (minutes on a fresh clone); `make cuda-check` runs it too
     "tests/ops/test_cuda_harness.py::test_emulated",

@@ -38,6 +38,8 @@ flags.DEFINE_bool("torch", True, "Include torch.sparse.mm when torch is installe
 flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs matplotlib).")
 flags.DEFINE_bool("programs", False, "Only compare the specialised fused_gather programs with edge code.")
 flags.DEFINE_integer("width", 128, "Features per row for --programs.", lower_bound=1)
+flags.DEFINE_integer("reddit_vertices", 46_600, "Vertices of the reddit-small-like graph.", lower_bound=2)
+flags.DEFINE_integer("reddit_edges", 1_400_000, "Edges of the reddit-small-like graph.", lower_bound=1)
 FLAGS = flags.FLAGS
 
 NGRA = ("ngra fused_gather", "ngra scatter-mul-gather")
@@ -237,7 +239,7 @@ def _program_times(forward, args, n, width, rng):
 def main(argv):
     del argv
     if FLAGS.programs:
-        run_programs(power_law_graph(46_600, 1_400_000, seed=0), FLAGS.width)
+        run_programs(power_law_graph(FLAGS.reddit_vertices, FLAGS.reddit_edges, seed=0), FLAGS.width)
         return
     print(f"TensorFlow {tf.__version__}, intra-op threads: "
           f"{tf.config.threading.get_intra_op_parallelism_threads() or 'default'}; "
@@ -249,7 +251,7 @@ def main(argv):
         label = f"A @ X, density {float(density) * 100:g}%"
         results[(label, "forward")] = run_case(label, graph, 128, backward=False)
     if FLAGS.reddit:
-        graph = power_law_graph(46_600, 1_400_000, seed=0)
+        graph = power_law_graph(FLAGS.reddit_vertices, FLAGS.reddit_edges, seed=0)
         for width in (128, 602):
             label = f"reddit-small-like, d = {width}"
             for backward in (False, True):

@@ -69,3 +69,34 @@ def test_sage_and_gin_rows_against_both_peers():
         cells = [c.strip() for c in row.strip("|").split("|")]
         measured = (2, 4, 6, 7) if with_pyg else (2, 4, 6)
         assert all(float(cells[i]) > 0 for i in measured), row
+
+
+def test_user_written_variants_table():
+    """--variants: every user-written edge stage and GAT get a row, fused (edge code / online softmax) and unfused."""
+    done = run("--variants", "--graphs=pubmed", "--epochs=1")
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
+            for line in done.stdout.splitlines() if line.startswith("| ") and "fused as" not in line}
+    assert {"G-GCN (built in)", "tanh-difference gate", "edge-weighted gate", "exp/div score", "leaky-relu message",
+            "GAT (8 heads)"} <= set(rows), done.stdout
+    assert rows["G-GCN (built in)"][1] == "specialised gate_sigmoid"
+    assert rows["tanh-difference gate"][1] == "edge code" and rows["GAT (8 heads)"][1] == "online softmax"
+    for cells in rows.values():
+        assert float(cells[2]) > 0 and float(cells[7]) > 0, cells  # fused and unfused epochs measured
+        assert cells[9].endswith("x") and cells[10].endswith("x"), cells
+
+
+def test_programs_against_edge_code(tmp_path):
+    """bench_kernels --programs: each specialised program against its edge code, forward and backward."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_kernels.py"), "--programs", "--repeats=1",
+                           "--width=8", "--reddit_vertices=2000", "--reddit_edges=20000"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in done.stdout.splitlines()
+            if line.startswith("| ") and "template fwd" not in line]
+    # every specialised program but src_sub_dst (src_add_dst's twin)
+    assert [cells[0] for cells in rows] == ["copy_src", "src_mul_edge", "src_add_dst", "src_mul_dst", "gate_sigmoid",
+                                            "gate_tanh", "gate_relu", "type_select"], done.stdout
+    for cells in rows:
+        assert float(cells[1]) > 0 and float(cells[2]) > 0 and cells[3].endswith("x") and cells[6].endswith("x"), cells
