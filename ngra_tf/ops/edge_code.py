@@ -121,7 +121,7 @@ def _adjacency(graph):
     return adjacency
 
 
-def _operands(code: EdgeCode, adjacency, x_src, x_dst, edge_data, edge_type, dtype):
+def _operands(code: EdgeCode, x_dst, edge_data, edge_type, dtype):
     """The kernel's operand tensors, checked against what the code reads."""
     def matrix(name, x, needed, rows):
         if not needed:
@@ -168,7 +168,7 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
         raise ValueError(f"x_src must be a float32/float64 matrix [num_src, width], got {x_src.dtype.name} "
                          f"{x_src.shape}")
     dtype = x_src.dtype
-    x_dst, edge_data, edge_type = _operands(code, adjacency, x_src, x_dst, edge_data, edge_type, dtype)
+    x_dst, edge_data, edge_type = _operands(code, x_dst, edge_data, edge_type, dtype)
     if init is not None and reduce == "mean":
         raise ValueError("init cannot be used with reduce='mean': reduce with 'sum' from init, then divide by "
                          "the whole in-degree")
@@ -190,7 +190,7 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
     adjacency = _adjacency(graph)
     x_src = tf.convert_to_tensor(x_src)
     dtype = x_src.dtype
-    x_dst, edge_data, edge_type = _operands(code, adjacency, x_src, x_dst, edge_data, edge_type, dtype)
+    x_dst, edge_data, edge_type = _operands(code, x_dst, edge_data, edge_type, dtype)
     lib = library()
     if lib is None:
         present = [t for t, side in ((x_src, "src"), (x_dst, "dst"), (edge_data, "edge")) if code.reads(side)]

@@ -302,22 +302,33 @@ NGRA_HOST_DEVICE inline void AdjointFeature(const EdgeCode<T>& p, const T* regs,
 // is there when m grows (FlashAttention's online softmax), so a column's
 // chunks never need all of a destination's in-edges at once. The result is
 // acc / sum; m only keeps the exponentials in range.
+// One edge's step as coefficients: the state becomes sum * keep + add,
+// acc * keep + add * x, m = top. One exponential: most steps do not raise
+// the maximum. A NaN score sticks (as through a sum); a -inf one weighs
+// nothing; while m is -inf (nothing yet) exp(m - z) is 0.
+template <typename T>
+NGRA_HOST_DEVICE inline void SoftmaxCoefficients(T z, T m, T& keep, T& add, T& top) {
+  if (z != z) {
+    keep = add = z;
+    top = m;
+  } else if (z > m) {
+    keep = MathExp(m - z);
+    add = T(1);
+    top = z;
+  } else {
+    keep = T(1);
+    add = z > T(-INFINITY) ? MathExp(z - m) : T(0);
+    top = m;
+  }
+}
+
 template <typename T>
 NGRA_HOST_DEVICE inline void SoftmaxStep(T& acc, T& sum, T& m, T z, T x) {
-  // One exponential per step: most steps do not raise the maximum.
-  if (z != z) {  // NaN sticks, as through a sum
-    acc = z;
-    sum = z;
-  } else if (z > m) {
-    const T scale = MathExp(m - z);  // 0 while m is -inf (nothing yet)
-    sum = sum * scale + T(1);
-    acc = acc * scale + x;
-    m = z;
-  } else if (z > T(-INFINITY)) {  // a -inf score weighs nothing
-    const T p = MathExp(z - m);
-    sum += p;
-    acc += p * x;
-  }
+  T keep, add, top;
+  SoftmaxCoefficients(z, m, keep, add, top);
+  sum = sum * keep + add;
+  acc = acc * keep + add * x;
+  m = top;
 }
 
 // exp(z - m) for a finished state's m: an edge's attention weight times the

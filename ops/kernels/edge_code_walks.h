@@ -192,25 +192,14 @@ void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first
         EvalTile(p, csc.Row(k), v, csc.Edge(k), f0, n, regs);
         const T* z = regs->value[p.score];
         const T* x = regs->value[p.value];
-        // SoftmaxStep, with its exponential computed once per run of equal (score, maximum): a score per
+        // SoftmaxStep, with its coefficients computed once per run of equal (score, maximum): a score per
         // head is broadcast over the head's features, which sit side by side.
         T last_z = T(NAN), last_m = T(NAN), keep = T(1), add = T(0), top = T(0);
         for (int64_t j = 0; j < n; ++j) {
           if (!(z[j] == last_z && m[j] == last_m)) {
             last_z = z[j];
             last_m = m[j];
-            if (z[j] != z[j]) {  // NaN sticks
-              keep = add = z[j];
-              top = m[j];
-            } else if (z[j] > m[j]) {
-              keep = MathExp(m[j] - z[j]);  // 0 while m is -inf (nothing yet)
-              add = T(1);
-              top = z[j];
-            } else {
-              keep = T(1);
-              add = z[j] > T(-INFINITY) ? MathExp(z[j] - m[j]) : T(0);
-              top = m[j];
-            }
+            SoftmaxCoefficients(z[j], m[j], keep, add, top);
           }
           sum[j] = sum[j] * keep + add;
           acc[j] = acc[j] * keep + add * x[j];
