@@ -164,9 +164,18 @@ class HoistsThenFuses(ngra_tf.SAGALayer):
         return tf.nn.relu(edge.src @ self.w) * tf.sigmoid(edge.dst)
 
 
-class Unfusable(HoistsThenFuses):
+class HoistsThenEdgeCode(HoistsThenFuses):
+    """No template computes relu(S + D) * D, so it fuses as edge code."""
+
     def apply_edge(self, edge):
         return tf.nn.relu(edge.src @ self.w + edge.dst) * edge.dst
+
+
+class Unfusable(HoistsThenFuses):
+    """A dot product over the features is not element-wise: the edge stage runs per edge."""
+
+    def apply_edge(self, edge):
+        return tf.reduce_sum(edge.src @ self.w * edge.dst, axis=-1, keepdims=True) * edge.dst
 
 
 def direct(layer, graph, x):
@@ -175,7 +184,8 @@ def direct(layer, graph, x):
 
 
 @pytest.mark.parametrize("layer_class, data", [(MeanMaxMin, None), (PerFeatureWeight, "per_feature"),
-                                                (HoistsThenFuses, None), (Unfusable, None)])
+                                                (HoistsThenFuses, None), (HoistsThenEdgeCode, None),
+                                                (Unfusable, None)])
 def test_custom_layers_match_their_direct_run_at_every_chunk_count(layer_class, data):
     src, dst = cc.stress_edges()
     edge_data = None
@@ -200,8 +210,10 @@ def test_custom_layers_match_their_direct_run_at_every_chunk_count(layer_class, 
     if layer_class is HoistsThenFuses:
         assert "hoisted to the vertex stage: MatMul:S, Relu:S, Sigmoid:D" in text
         assert "fused: yes, fused_gather program src_mul_dst" in text
+    if layer_class is HoistsThenEdgeCode:
+        assert "MatMul:S" in text and "fused: yes, edge code: (relu((S0 + D0)) * D0)" in text, text
     if layer_class is Unfusable:
-        assert "MatMul:S" in text and "fused: no, the edge stage ends in Mul(E, D)" in text, text
+        assert "MatMul:S" in text and "fused: no" in text and "Sum" in text, text
 
 
 def test_a_row_mixing_edge_stage_runs_unchunked_only():
