@@ -7,7 +7,7 @@ VENV := .venv
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
 OPS_LIB := ngra_tf/ops/_ngra_ops.so
-OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h)
+OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h ops/net/*.c)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 # Test processes (pytest-xdist; each test file runs whole in one of them): one per core of the CI machine.
 TEST_WORKERS ?= 2

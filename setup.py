@@ -1,4 +1,5 @@
-"""Builds ngra-tf: the Python package plus one TF op library compiled from ops/cc.
+"""Builds ngra-tf: the Python package plus one TF op library compiled from ops/cc
+(and ops/net/listen_on.c, a small preload library that keeps workers off other interfaces).
 
 The op library is compiled with g++ against the TensorFlow that is installed
 (via tf.sysconfig), for this machine's CPU unless NGRA_TF_PORTABLE=1.
@@ -17,6 +18,8 @@ from setuptools import Extension, find_packages, setup
 from setuptools.command.build_ext import build_ext
 
 OPS_LIBRARY = "ngra_tf.ops._ngra_ops"
+# Preloaded into workers and cluster clients: pins TensorFlow's wildcard listen to one address.
+LISTEN_LIBRARY = "ngra_tf.parallel._listen_on"
 
 
 def _tf_flags():
@@ -63,6 +66,9 @@ class BuildTfOps(build_ext):
         return os.path.join(*fullname.split(".")) + ".so"
 
     def build_extension(self, ext):
+        if ext.name == LISTEN_LIBRARY:  # plain C, no TensorFlow
+            ext.extra_compile_args, ext.extra_link_args = ["-O2", "-fPIC", "-Wall", "-g0"], ["-ldl"]
+            return super().build_extension(ext)
         compile_flags, link_flags = _tf_flags()
         # 512-bit vectors where the CPU has them: the gate programs' exp is
         # compute-bound (their forward runs 1.3x faster than with 256-bit).
@@ -121,7 +127,8 @@ setup(
             sources=sorted(glob.glob("ops/cc/*.cc")),
             # Headers carry the kernels: any change to them recompiles everything.
             depends=sorted(glob.glob("ops/cc/*.h") + glob.glob("ops/kernels/*.h")),
-        )
+        ),
+        Extension(LISTEN_LIBRARY, sources=["ops/net/listen_on.c"]),
     ],
     cmdclass={"build_ext": BuildTfOps},
     zip_safe=False,

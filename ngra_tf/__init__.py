@@ -1,6 +1,6 @@
 """ngra-tf: NGra-style graph neural networks on large graphs, for TensorFlow 2."""
 
-from ngra_tf import layers, ops
+from ngra_tf import callbacks, layers, ops
 from ngra_tf.graph import Adjacency, Chunk, Graph, Partition, datasets
 from ngra_tf.layers import SAGALayer
 from ngra_tf.model import GraphModel, masked_loss
@@ -9,5 +9,5 @@ from ngra_tf import runtime, store  # noqa: E402  (the executor; stores of parti
 
 __version__ = "0.1.0"
 
-__all__ = ["Adjacency", "Chunk", "Graph", "GraphModel", "Partition", "SAGALayer", "datasets", "layers",
+__all__ = ["Adjacency", "Chunk", "Graph", "GraphModel", "Partition", "SAGALayer", "callbacks", "datasets", "layers",
            "masked_loss", "ops", "recipes", "runtime", "store"]

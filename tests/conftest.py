@@ -80,6 +80,8 @@ SLOW = {
     "tests/tools/test_bench_models.py::test_ablation_alone",
     "tests/tools/test_bench_models.py::test_main_table_and_table_2_layout",
     "tests/parallel/test_cluster.py::test_ring_across_two_workers_equals_one_device",
+    "tests/parallel/test_cluster.py::test_a_lost_worker_ends_training_with_one_line_and_the_run_resumes",
+    "tests/parallel/test_cluster.py::test_worker_and_train_py_faults_on_the_command_line",
     "tests/parallel/test_train_devices.py::test_devices_train_like_one_device_and_report_traffic",
     "tests/ops/test_fuzz.py::test_absurd_sizes_fail_cleanly",
     "tests/ops/test_fuzz.py::test_raw_ops_never_crash_on_malformed_input",
