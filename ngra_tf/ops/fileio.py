@@ -38,7 +38,8 @@ DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64, tf.int8, tf.int16, tf
 _RAW_DTYPES = {tf.bool: tf.uint8, tf.uint32: tf.int32, tf.uint64: tf.int64}
 
 
-def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1, after=None):
+def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1, after=None, expected_inode=-1,
+              expected_ctime_ns=-1):
     """Reads a tensor of `shape` and `dtype` from the file at `path`, `offset` bytes in.
 
     For a range of an .npy file's data, `offset` is the header's length plus
@@ -47,9 +48,11 @@ def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1
     prod(shape) * dtype.size bytes are read; a zero-element read still checks
     the file.
 
-    expected_size and expected_mtime_ns (-1: unchecked) must equal the file's
-    size in bytes and os.stat(path).st_mtime_ns, to catch a file truncated or
-    replaced since it was verified.
+    expected_size, expected_mtime_ns, expected_inode and expected_ctime_ns
+    (-1: unchecked) must equal the file's os.stat st_size, st_mtime_ns,
+    st_ino and st_ctime_ns, to catch a file truncated or replaced since it
+    was verified (inode and ctime: also one of the same size whose mtime was
+    kept, by a copy that preserves it or a rewrite within one clock tick).
 
     The op is stateless, so a tf.while_loop with parallel_iterations >= 2
     overlaps the next iteration's read with this one's compute. To read what a
@@ -70,11 +73,15 @@ def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1
     shape = _shape(shape)
     expected_size = _int64(expected_size, "expected_size", minimum=-1)
     expected_mtime_ns = _int64(expected_mtime_ns, "expected_mtime_ns", minimum=-1)
+    expected_inode = _int64(expected_inode, "expected_inode", minimum=-1)
+    expected_ctime_ns = _int64(expected_ctime_ns, "expected_ctime_ns", minimum=-1)
     after = tf.constant(0, tf.int64) if after is None else tf.cast(after, tf.int64)
     lib = library()
     if lib is None:
-        return _reference_read(path, offset, shape, dtype, expected_size, expected_mtime_ns, after)
-    return lib.ngra_read_file(path, offset, shape, expected_size, expected_mtime_ns, after, dtype=dtype)
+        return _reference_read(path, offset, shape, dtype, expected_size, expected_mtime_ns, expected_inode,
+                               expected_ctime_ns, after)
+    return lib.ngra_read_file(path, offset, shape, expected_size, expected_mtime_ns, expected_inode, expected_ctime_ns,
+                              after, dtype=dtype)
 
 
 def write_file(path, offset, value):
@@ -184,6 +191,7 @@ _ERRNO_ERRORS = {
     errno.EPERM: tf.errors.PermissionDeniedError,
     errno.ENOSPC: tf.errors.ResourceExhaustedError,
     errno.EDQUOT: tf.errors.ResourceExhaustedError,
+    errno.EFBIG: tf.errors.ResourceExhaustedError,  # (the kernel's code for it: not OUT_OF_RANGE, see file_ops.cc)
     errno.EISDIR: tf.errors.FailedPreconditionError,
     errno.EINVAL: tf.errors.InvalidArgumentError,
 }
@@ -194,10 +202,11 @@ def _os_error(context, error):
     return cls(None, None, f"{context}; {os.strerror(error.errno)}")
 
 
-def _check_read(path, offset, shape, expected_size, expected_mtime_ns, itemsize):
+def _check_read(path, offset, shape, expected_size, expected_mtime_ns, expected_inode, expected_ctime_ns, itemsize):
     """The native kernel's checks, in Python: returns the path, or raises as it would."""
     path = os.fsdecode(path.numpy())
     offset, expected_size, expected_mtime_ns = int(offset), int(expected_size), int(expected_mtime_ns)
+    expected_inode, expected_ctime_ns = int(expected_inode), int(expected_ctime_ns)
     if offset < 0:
         raise tf.errors.InvalidArgumentError(None, None, f"offset must be >= 0, got {offset} (file {path})")
     for i, dim in enumerate(shape.numpy().tolist()):
@@ -216,19 +225,26 @@ def _check_read(path, offset, shape, expected_size, expected_mtime_ns, itemsize)
     if expected_mtime_ns >= 0 and info.st_mtime_ns != expected_mtime_ns:
         raise tf.errors.FailedPreconditionError(None, None, f"{path} changed since it was verified: its mtime is "
                                                 f"{info.st_mtime_ns} ns, expected {expected_mtime_ns}")
+    if (expected_inode >= 0 and info.st_ino != expected_inode) or (expected_ctime_ns >= 0
+                                                                   and info.st_ctime_ns != expected_ctime_ns):
+        raise tf.errors.FailedPreconditionError(None, None, f"{path} changed since it was verified: its inode and "
+                                                f"change time are {info.st_ino} and {info.st_ctime_ns} ns, expected "
+                                                f"{expected_inode} and {expected_ctime_ns}")
     if offset + nbytes > info.st_size:
         raise tf.errors.DataLossError(None, None, f"reading {path} needs bytes [{offset}, {offset + nbytes}), "
                                       f"the file has {info.st_size}")
     return path
 
 
-def _reference_read(path, offset, shape, dtype, expected_size, expected_mtime_ns, after):
+def _reference_read(path, offset, shape, dtype, expected_size, expected_mtime_ns, expected_inode, expected_ctime_ns,
+                    after):
     # The checks run as a py_function ahead of the read. Being stateful, it
     # also keeps the read from being constant-folded when the path is a
     # constant (the folded read would return the file as it was when the
     # graph was optimised).
-    checked = tf.py_function(lambda *args: _check_read(*args[:5], itemsize=dtype.size),
-                             [path, offset, shape, expected_size, expected_mtime_ns, after], tf.string)
+    checked = tf.py_function(lambda *args: _check_read(*args[:7], itemsize=dtype.size),
+                             [path, offset, shape, expected_size, expected_mtime_ns, expected_inode, expected_ctime_ns,
+                              after], tf.string)
     checked.set_shape([])
     nbytes = tf.reduce_prod(shape) * dtype.size
     data = tf.strings.substr(tf.io.read_file(checked), offset, nbytes)

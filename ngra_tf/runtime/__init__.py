@@ -10,6 +10,7 @@
     chunks.py      PackedChunks: an in-memory partition's chunks as tensors a loop slices
     budget.py      Plan: the working-set estimate of a store-backed model, from the executor's steps
     resident.py    what a budget is checked against: the process's measured peak memory
+    faults.py      the errors a store-backed run ends with: a spill directory full or failing, a store changed
 """
 
 from ngra_tf.runtime.executor import Executor

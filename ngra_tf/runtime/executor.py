@@ -55,7 +55,7 @@ from ngra_tf.compiler.kernels import LayerKernels
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.copy import copy_d2d, copy_h2d
-from ngra_tf.runtime import schedule as sched
+from ngra_tf.runtime import faults, schedule as sched
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.loops import PARALLEL_STEPS, Arrays, ChunkLoops, set_seeds
 from ngra_tf.runtime.ring_loops import RingLoops
@@ -90,6 +90,10 @@ class Executor:
         self.schedule, self.rewrites = sched.check_schedule(schedule), rewrites
         self.spill, self.host = spill, host
         self.spill_dir, self._owned_dir = spill_dir, None
+        # The host tier's files (path -> bytes) and the directories made for them: only these are removed (a
+        # user's spill_dir keeps its other files), by close() and, should a process exit without it, at exit.
+        self._files, self._made_dirs = {}, []
+        weakref.finalize(self, _remove_host_tier, self._files, self._made_dirs)
         self.tile_bytes = int(tile_bytes)
         self.parallel = PARALLEL_STEPS if overlap else 1
         self.compute_dtype = tf.as_dtype(compute_dtype)
@@ -216,10 +220,12 @@ class Executor:
                 d_x = d.get(INPUT)
                 if blocked:  # a store's input only names its features; in memory, d x returns in the user's order
                     d_x = None if streamed else self._to_users(self._whole(d_x))
+                self._check_spill_space()
                 if variables is None:
                     return d_x
                 return d_x, [grads.get(id(variable_of(v))) for v in variables]
 
+            self._check_spill_space()
             return output, grad
 
         return run(tf.zeros([0], self.compute_dtype) if streamed else x)
@@ -927,34 +933,70 @@ class Executor:
 
     def _blocks(self, key, home, row_shape, dtype, name=None, device=None):
         """A Blocks array called `key` (a file named after `name` on disk)."""
-        return Blocks(key, home, self.sizes, row_shape, dtype, device=device, host=self._host_device(),
-                      path=self._file(name or key) if home == "disk" else None)
+        blocks = Blocks(key, home, self.sizes, row_shape, dtype, device=device, host=self._host_device(),
+                        path=self._file(name or key) if home == "disk" else None)
+        self._count_disk([blocks])
+        return blocks
 
     def _file(self, name):
         """A file of its own for every disk array a traced step makes. Reads of a file are ordered only after
         the writes whose tokens they take, so a file is never rewritten in a step by another array (the
         backward's recompute of a layer, say) while an earlier reader may still be running."""
         self._serial += 1
-        return os.path.join(self._directory(), f"{self._serial:05d}_"
+        path = os.path.join(self._directory(), f"{self._serial:05d}_"
                             + "".join(c if c.isalnum() or c in "_-." else "_" for c in name) + ".bin")
+        self._files[path] = 0  # (its bytes: _count_disk)
+        return path
+
+    def _count_disk(self, blocks):
+        for b in blocks:
+            if b.home == "disk":
+                self._files[b.path] = b.nbytes
+
+    def _check_spill_space(self):
+        """When a pass is traced, before it runs: the spill files it names that are not on disk yet must fit
+        (so a disk too small fails before the first step, naming the bytes needed and free)."""
+        if self.source.streamed and self.host == "disk":
+            needed = sum(nbytes for path, nbytes in self._files.items() if not os.path.exists(path))
+            faults.check_spill_space(self.spill_directory(), needed)
+
+    def spill_directory(self) -> str:
+        """Where a disk host tier's files go (in a directory of this executor's own): spill_dir, or the
+        system's temporary directory."""
+        return os.path.abspath(self.spill_dir) if self.spill_dir is not None else tempfile.gettempdir()
 
     def _directory(self):
-        if self.spill_dir is not None:
-            os.makedirs(self.spill_dir, exist_ok=True)
-            return os.fspath(self.spill_dir)
+        """This executor's own directory for the host tier's files, made inside spill_dir (or the system's
+        temporary directory), so that two trainers or two models given one spill_dir never write each other's
+        files. Traced functions name files in it, so its path lives as long as the executor; it is made again
+        after close() removes it."""
         if self._owned_dir is None:
-            # Traced functions name files in it, so it lives as long as the executor; close() empties it.
-            self._owned_dir = tempfile.mkdtemp(prefix="ngra-spill-")
-            weakref.finalize(self, shutil.rmtree, self._owned_dir, True)
+            parent = self.spill_directory()
+            if not os.path.isdir(parent):
+                made = parent  # the outermost missing directory: close() removes it whole
+                while not os.path.exists(os.path.dirname(made)):
+                    made = os.path.dirname(made)
+                self._made_dirs.append(made)
+                os.makedirs(parent, mode=0o700, exist_ok=True)
+            self._owned_dir = tempfile.mkdtemp(prefix="ngra-spill-", dir=parent)
+            self._made_dirs.append(self._owned_dir)
+        os.makedirs(self._owned_dir, mode=0o700, exist_ok=True)
         return self._owned_dir
 
+    def open(self):
+        """Before a run: remakes the directory close() removed, which traced steps write into."""
+        if self._files:
+            self._directory()
+
     def close(self):
-        """Removes the host tier's files (a disk host tier); the next run writes them again."""
-        directory = self.spill_dir if self.spill_dir is not None else self._owned_dir
-        if directory is not None and os.path.isdir(directory):
-            for name in os.listdir(directory):
-                if name.endswith(".bin"):
-                    os.remove(os.path.join(directory, name))
+        """Removes the host tier's files and the directories made for them; open() before the next run."""
+        _remove_host_tier(self._files, self._made_dirs)
+
+    def fault(self, error):
+        """A TrainingFault for `error` (a failed run's tf.errors.OpError) when it names one of this executor's
+        files (a spill file that could not be written, a store file that changed), else None."""
+        store = self.source.store if self.source.streamed else None
+        return faults.translate(error, self._files, self.spill_directory(), store)
 
     def _device_arrays(self, values: dict) -> Arrays:
         blocks = {name: Blocks(name, "device", self.sizes, value.shape[1:].as_list(), value.dtype)
@@ -969,6 +1011,7 @@ class Executor:
 
     def _column_arrays(self, loops, home, filled, prefix=""):
         blocks = loops.column_arrays(home, host=self._host_device(), file=lambda name: self._file(prefix + name))
+        self._count_disk(blocks.values())
         states = {}
         for name, b in blocks.items():
             fill = -1 if name.startswith(("won", "edge")) else 0
@@ -1081,6 +1124,17 @@ def _tape_backward(tape, targets, xs, weights, d_targets, grads):
     result = _gradients(tape, targets, list(xs) + weights, d_targets)
     _add(grads, weights, result[len(xs):])
     return result[:len(xs)]
+
+
+def _remove_host_tier(files, made_dirs):
+    """Deletes the host tier's files and the directories made for them (whole: nothing else was put there)."""
+    for path in files:
+        try:
+            os.remove(path)
+        except FileNotFoundError:
+            pass
+    for directory in made_dirs:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _add(grads: dict, variables, values):

@@ -8,9 +8,11 @@ rows of an interval, when the loop iteration runs: npy files through
 NgraReadFile (a byte range at the offset after the .npy header), HDF5 files
 through tensorflow-io's hyperslab read. The reads are stateless ops, so a
 loop with parallel_iterations >= 2 reads the next step's chunk while the
-current one computes; each checks that its file still has the size and
-modification time it was verified with, so a file replaced under a running
-trainer fails the read, naming it, instead of being read unverified.
+current one computes; each checks that its file still has the size,
+modification time, inode and change time it was verified with (HDF5: after
+tensorflow-io's read, with NgraReadFile of no bytes), so a file replaced
+under a running trainer fails the read, naming it, instead of being read
+unverified.
 """
 
 from __future__ import annotations
@@ -23,19 +25,27 @@ import tensorflow as tf
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.fileio import read_file
-from ngra_tf.store import hdf5 as store_hdf5, integrity, npy as store_npy
+from ngra_tf.store import hdf5 as store_hdf5, npy as store_npy
 
 INDEX_ARRAYS = AdjacencyTensors._fields
 
 
 class _Table:
-    """Per entry (chunk or interval) of one array: path, data offset, shape, size, mtime and version."""
+    """Per entry (chunk or interval) of one array: path, data offset, shape, size, mtime, inode, ctime and
+    version."""
 
     def __init__(self, store, locations):
         full = [os.path.join(store.path, location.path) for location in locations]
-        for location in locations:
+        # Taken before verifying: a file changed in between then fails its first read rather than pass unverified.
+        stats = []
+        for location, path in zip(locations, full):
+            try:
+                before = os.stat(path)
+            except FileNotFoundError:  # verifying names it
+                before = None
             store._verify(location.path)
-        identities = [integrity.file_identity(path) for path in full]
+            stats.append(before or os.stat(path))
+        identities = [(st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) for st in stats]  # as integrity.file_identity
         self.dtype = np.dtype(locations[0].dtype)
         self.row_shape = tuple(locations[0].shape[1:])
         self.backend = store._backend
@@ -45,6 +55,8 @@ class _Table:
             self.counts = tf.constant([location.shape[0] for location in locations], tf.int64)
             self.sizes = tf.constant([identity[2] for identity in identities], tf.int64)
             self.mtimes = tf.constant([identity[3] for identity in identities], tf.int64)
+            self.inodes = tf.constant([st.st_ino for st in stats], tf.int64)
+            self.ctimes = tf.constant([st.st_ctime_ns for st in stats], tf.int64)
             self.versions = tf.constant([f"{path}@{':'.join(map(str, identity))}" for path, identity
                                          in zip(full, identities)])
             if self.backend is store_npy:
@@ -59,12 +71,17 @@ class _Table:
         shape = tf.concat([[stop - start], tf.constant(self.row_shape, tf.int64)], 0)
         if self.backend is store_npy:
             tensor = read_file(tf.gather(self.paths, k), tf.gather(self.offsets, k) + start * row_bytes, shape,
-                               tf.as_dtype(self.dtype), tf.gather(self.sizes, k), tf.gather(self.mtimes, k))
+                               tf.as_dtype(self.dtype), **self._identity(k))
         else:
             tensor = tf.cond(stop > start, lambda: self._hdf5(k, start, stop, count),
                              lambda: tf.zeros(shape, tf.as_dtype(self.dtype)))
         tensor.set_shape([None] + list(self.row_shape))
         return tensor
+
+    def _identity(self, k):
+        """What read_file checks entry k's file against: the identity it was verified with."""
+        return dict(expected_size=tf.gather(self.sizes, k), expected_mtime_ns=tf.gather(self.mtimes, k),
+                    expected_inode=tf.gather(self.inodes, k), expected_ctime_ns=tf.gather(self.ctimes, k))
 
     def _hdf5(self, k, start, stop, count):
         from tensorflow_io.python.ops import core_ops  # noqa: PLC0415  (loads tfio's op library: only when asked)
@@ -74,6 +91,12 @@ class _Table:
             input=tf.gather(self.paths, k), shared=tf.gather(self.versions, k), component=f"/{self.key}",
             shape=full_shape, start=[start], stop=[stop], dtype=tf.as_dtype(store_hdf5.stored_dtype(self.dtype)),
             container="NgraTfStore")
+        # Checked after the read (a file replaced before tensorflow-io opened it, by name, fails here) by a read
+        # of no bytes, whose size the rows then add: Grappler would turn a stateless op that only feeds control
+        # edges into a NoOp, and remove a reshape or fold a count it can infer.
+        none = tf.minimum(tf.size(tensor, tf.int64), 0)
+        checked = read_file(tf.gather(self.paths, k), 0, tf.reshape(none, [1]), tf.uint8, **self._identity(k))
+        tensor = tensor + tf.cast(tf.size(checked), tensor.dtype)
         return tf.cast(tensor, tf.bool) if self.dtype == np.bool_ else tensor
 
 

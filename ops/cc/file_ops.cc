@@ -47,13 +47,15 @@ REGISTER_OP("NgraReadFile")
     .Input("shape: int64")
     .Input("expected_size: int64")
     .Input("expected_mtime_ns: int64")
+    .Input("expected_inode: int64")
+    .Input("expected_ctime_ns: int64")
     .Input("after: int64")
     .Output("output: dtype")
     .Attr("dtype: " NGRA_FILE_TYPES)
     // Not SetIsStateful(): see the top of this file.
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused, out;
-      for (int i : {0, 1, 3, 4, 5}) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+      for (int i : {0, 1, 3, 4, 5, 6, 7}) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
       // The shape input's value when known; else unknown dims, as many as it has.
       TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(2, &out));
       c->set_output(0, out);
@@ -62,10 +64,12 @@ REGISTER_OP("NgraReadFile")
     .Doc(R"doc(
 Reads prod(shape) values of dtype, stored as raw bytes, from the file at path
 starting `offset` bytes from its beginning (e.g. a range of an .npy file's
-data, after its header, or a spilled block). expected_size and
-expected_mtime_ns (-1: unchecked) must equal the file's size in bytes and its
-modification time in nanoseconds, to catch a file replaced since it was
-verified. `after` is not read: the op runs once it is computed, so passing
+data, after its header, or a spilled block). expected_size,
+expected_mtime_ns, expected_inode and expected_ctime_ns (-1: unchecked) must
+equal the file's size in bytes, its modification time in nanoseconds, its inode
+number and its status-change time, to catch a file replaced since it was
+verified (inode and ctime catch a same-size replacement that kept the mtime).
+`after` is not read: the op runs once it is computed, so passing
 the `written` output of the NgraWriteFile calls a read must follow orders it
 after them (a data dependency, which unlike a control dependency survives
 being captured into loop bodies). The op is stateless so that reads overlap
@@ -149,6 +153,15 @@ absl::Status PathAndOffset(OpKernelContext* ctx, std::string* path, int64_t* off
   return absl::OkStatus();
 }
 
+// errors::IOError(context, errno): "context; strerror", its code from errno -- except that EFBIG (a file size
+// limit) and EOVERFLOW map to OUT_OF_RANGE, which Keras's fit takes for the end of its data and stops training
+// without a word. Those are reported as a resource that ran out.
+absl::Status FileError(const std::string& context, int error) {
+  absl::Status status = errors::IOError(context, error);
+  if (status.code() == absl::StatusCode::kOutOfRange) return errors::ResourceExhausted(status.message());
+  return status;
+}
+
 // Whether [offset, offset + bytes) fits in an int64 (so in an off_t).
 bool RangeFits(int64_t offset, int64_t bytes) {
   return bytes <= std::numeric_limits<int64_t>::max() - offset;
@@ -174,6 +187,9 @@ class ReadFileOp : public OpKernel {
     OP_REQUIRES_OK(ctx, PathAndOffset(ctx, &path, &offset));
     OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 3, "expected_size", &expected_size));
     OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 4, "expected_mtime_ns", &expected_mtime_ns));
+    int64_t expected_inode = -1, expected_ctime_ns = -1;
+    OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 5, "expected_inode", &expected_inode));
+    OP_REQUIRES_OK(ctx, ScalarInput<int64_t>(ctx, 6, "expected_ctime_ns", &expected_ctime_ns));
 
     const Tensor& shape_t = ctx->input(2);
     OP_REQUIRES(ctx, shape_t.dims() == 1,
@@ -198,10 +214,10 @@ class ReadFileOp : public OpKernel {
     // Opened, checked and ranged even when nothing is to be read, so that a
     // missing or changed file is always reported.
     Fd fd(path, O_RDONLY | O_CLOEXEC);
-    OP_REQUIRES(ctx, fd.get() >= 0, errors::IOError("cannot open " + path + " for reading", fd.error()));
+    OP_REQUIRES(ctx, fd.get() >= 0, FileError("cannot open " + path + " for reading", fd.error()));
     struct stat st;
     const int stat_error = ::fstat(fd.get(), &st) == 0 ? 0 : errno;
-    OP_REQUIRES(ctx, stat_error == 0, errors::IOError("cannot stat " + path, stat_error));
+    OP_REQUIRES(ctx, stat_error == 0, FileError("cannot stat " + path, stat_error));
     OP_REQUIRES(ctx, !S_ISDIR(st.st_mode), errors::FailedPrecondition(path, " is a directory, not a file"));
     const int64_t size = static_cast<int64_t>(st.st_size);
     OP_REQUIRES(ctx, expected_size < 0 || size == expected_size,
@@ -211,6 +227,14 @@ class ReadFileOp : public OpKernel {
     OP_REQUIRES(ctx, expected_mtime_ns < 0 || mtime_ns == expected_mtime_ns,
                 errors::FailedPrecondition(path, " changed since it was verified: its mtime is ", mtime_ns,
                                            " ns, expected ", expected_mtime_ns));
+    // The same path, size and mtime, yet another file (a copy that kept the mtime) or one rewritten in place.
+    const int64_t inode = static_cast<int64_t>(st.st_ino);
+    const int64_t ctime_ns = static_cast<int64_t>(st.st_ctim.tv_sec) * 1000000000 + st.st_ctim.tv_nsec;
+    OP_REQUIRES(ctx, (expected_inode < 0 || inode == expected_inode) &&
+                         (expected_ctime_ns < 0 || ctime_ns == expected_ctime_ns),
+                errors::FailedPrecondition(path, " changed since it was verified: its inode and change time are ",
+                                           inode, " and ", ctime_ns, " ns, expected ", expected_inode, " and ",
+                                           expected_ctime_ns));
     OP_REQUIRES(ctx, offset + bytes <= size,
                 errors::DataLoss("reading ", path, " needs bytes [", offset, ", ", offset + bytes,
                                  "), the file has ", size));
@@ -224,7 +248,7 @@ class ReadFileOp : public OpKernel {
       const int error = n < 0 ? errno : 0;
       if (error == EINTR) continue;
       OP_REQUIRES(ctx, n >= 0,
-                  errors::IOError("cannot read " + path + " at byte " + std::to_string(offset + done), error));
+                  FileError("cannot read " + path + " at byte " + std::to_string(offset + done), error));
       // End of file before the range's end: the file shrank after fstat.
       OP_REQUIRES(ctx, n > 0,
                   errors::DataLoss("reading ", path, " needs bytes [", offset, ", ", offset + bytes,
@@ -254,20 +278,20 @@ class WriteFileOp : public OpKernel {
 
     // Never O_TRUNC: other blocks of the file may already be written.
     Fd fd(path, O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-    OP_REQUIRES(ctx, fd.get() >= 0, errors::IOError("cannot open " + path + " to write " + what, fd.error()));
+    OP_REQUIRES(ctx, fd.get() >= 0, FileError("cannot open " + path + " to write " + what, fd.error()));
     int64_t done = 0;
     while (done < bytes) {
       const ssize_t n = ::pwrite(fd.get(), src.data() + done, static_cast<size_t>(bytes - done), offset + done);
       const int error = n < 0 ? errno : 0;
       if (error == EINTR) continue;
       OP_REQUIRES(ctx, n >= 0,
-                  errors::IOError("cannot write " + what + " (" + std::to_string(done) + " written)", error));
+                  FileError("cannot write " + what + " (" + std::to_string(done) + " written)", error));
       // pwrite returning 0 for a non-empty write makes no progress.
-      OP_REQUIRES(ctx, n > 0, errors::IOError("cannot write " + what + " (" + std::to_string(done) +
-                                                  " written): no progress", ENOSPC));
+      OP_REQUIRES(ctx, n > 0,
+                  FileError("cannot write " + what + " (" + std::to_string(done) + " written): no progress", ENOSPC));
       done += n;
     }
-    OP_REQUIRES(ctx, fd.Close() == 0, errors::IOError("cannot close " + path + " after writing " + what, fd.error()));
+    OP_REQUIRES(ctx, fd.Close() == 0, FileError("cannot close " + path + " after writing " + what, fd.error()));
     Tensor* written = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &written));
     written->scalar<int64_t>()() = bytes;

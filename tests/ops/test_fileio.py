@@ -3,6 +3,7 @@ written inside graphs, bit-exactly, with errors that name the file; and the
 pure-TF reference they fall back to without the op library."""
 
 import os
+import time
 
 import numpy as np
 import pytest
@@ -257,6 +258,32 @@ def test_wrong_mtime(tmp_path):
     with pytest.raises(tf.errors.FailedPreconditionError) as error:
         read_file(path, 0, [2], tf.int8, expected_mtime_ns=mtime + 1)
     assert path in error_text(error) and "changed since it was verified" in error_text(error)
+
+
+@pytest.mark.parametrize("how", ["replaced", "rewritten_in_place"])
+def test_a_change_that_kept_size_and_mtime(backend, how, tmp_path):
+    # cp -p, or a rewrite within one clock tick, keeps size and mtime: the inode (a replacement) or the
+    # change time (a rewrite in place, which no one can set back) tells.
+    path = short_file(tmp_path)
+    before = os.stat(path)
+    identity = dict(expected_size=10, expected_mtime_ns=before.st_mtime_ns, expected_inode=before.st_ino,
+                    expected_ctime_ns=before.st_ctime_ns)
+    np.testing.assert_array_equal(read_file(path, 0, [2], tf.int8, **identity).numpy(), [0, 1])
+    time.sleep(0.02)  # past the file system's clock tick
+    if how == "replaced":
+        new = tmp_path / "new.bin"
+        new.write_bytes(bytes(10))
+        os.utime(new, ns=(before.st_atime_ns, before.st_mtime_ns))
+        os.replace(new, path)
+    else:
+        with open(path, "r+b") as stream:
+            stream.write(bytes(10))
+        os.utime(path, ns=(before.st_atime_ns, before.st_mtime_ns))
+    after = os.stat(path)
+    assert (after.st_size, after.st_mtime_ns) == (10, before.st_mtime_ns)
+    with pytest.raises(tf.errors.OpError) as error:
+        read_file(path, 0, [2], tf.int8, **identity).numpy()
+    assert path in error_text(error) and "changed since it was verified: its inode and change time" in error_text(error)
 
 
 @pytest.mark.parametrize("offset, shape, needs", [(0, [3], "[0, 12)"), (8, [1], "[8, 12)"), (10, [0, 2], None),

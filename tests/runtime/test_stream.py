@@ -85,7 +85,7 @@ def test_streamed_training_equals_in_memory(tmp_path, model, num_parts, fmt, spi
     np.testing.assert_allclose(streamed.predict(store.array("features"), verbose=0),
                                memory.predict(arrays["features"], verbose=0), rtol=1e-4, atol=1e-4)
     if host == "disk":
-        assert os.listdir(tmp_path / "spill") == []  # every spilled block is dropped once used
+        assert not (tmp_path / "spill").exists()  # every spilled block is dropped once used, and the directory made
 
 
 @pytest.mark.parametrize("model", ["gcn", "gat"])
@@ -267,20 +267,21 @@ def preset_store(tmp_path_factory):
                          ids=["gcn", "resgcn", "appnp"])
 def test_train_py_stays_within_the_smallest_budget_it_accepts(tmp_path, preset_store, model):
     """Too small a budget fails before any work, naming the smallest that works; training under exactly that
-    one (the host tier then spills to disk) peaks within it + 10%: for a stack and for functional models, whose
-    kept values (residual inputs, APPNP's h) and their summed gradients the budget must count."""
+    one (the host tier then spills to disk) peaks within it + 10% over 20 epochs (a long run must hold it too:
+    tools/soak.py): for a stack and for functional models, whose kept values (residual inputs, APPNP's h) and
+    their summed gradients the budget must count."""
     done = _train(*model, f"--store={preset_store}", "--memory_budget=2MB", "--epochs=1", "--hidden=32")
     assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-3000:]
     smallest = re.search(r"the smallest budget that works is [^(]*\((\d+) bytes\)", done.stderr)
     assert smallest, done.stderr[-3000:]
     budget = int(smallest.group(1))
     record = tmp_path / "history.json"
-    done = _train(*model, f"--store={preset_store}", f"--memory_budget={budget}", "--epochs=2",
+    done = _train(*model, f"--store={preset_store}", f"--memory_budget={budget}", "--epochs=20",
                   "--hidden=32", f"--history_json={record}", "--explain")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "in a spill directory on disk" in done.stdout
     result = json.loads(record.read_text())
-    assert len(result["history"]["loss"]) == 2
+    assert len(result["history"]["loss"]) == 20
     assert 0 < result["peak_memory_bytes"] <= 1.1 * budget, (result["peak_memory_bytes"], budget)
 
 
