@@ -12,6 +12,10 @@ them in a tf.numpy_function when they run.
 
 from __future__ import annotations
 
+import math
+import os
+import tokenize
+
 import numpy as np
 
 NAME = "npy"
@@ -54,12 +58,15 @@ class RowWriter:
 def _header(stream):
     """(shape, dtype, data offset) of the npy file open in stream."""
     version = np.lib.format.read_magic(stream)
-    if version == (1, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
-    elif version == (2, 0):
-        shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
-    else:
-        raise ValueError(f"npy format version {version} is not supported")
+    try:
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(stream)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(stream)
+        else:
+            raise ValueError(f"npy format version {version} is not supported")
+    except (SyntaxError, tokenize.TokenError) as error:  # numpy tokenizes the header: a damaged one fails so too
+        raise ValueError(f"the .npy header cannot be parsed: {error}") from None
     if fortran and len(shape) > 1:
         raise ValueError("the array is stored in Fortran order")
     return tuple(shape), dtype, stream.tell()
@@ -74,7 +81,13 @@ def describe(path, keys) -> dict:
     """{key: (shape, dtype)} of the file's array, under the one key asked for."""
     (key,) = keys
     with open(path, "rb") as stream:
-        shape, dtype, _ = _header(stream)
+        shape, dtype, offset = _header(stream)
+        size = os.fstat(stream.fileno()).st_size
+    # numpy reads a header whose length field is off by a few bytes, which moves the data: the array must
+    # fill the file exactly from where the header ends.
+    end = offset + math.prod(shape) * dtype.itemsize
+    if end != size:
+        raise ValueError(f"its header puts {dtype}{list(shape)} at bytes {offset}..{end}, but the file has {size}")
     return {key: (shape, dtype)}
 
 

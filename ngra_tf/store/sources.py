@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import tokenize
 import zipfile
 
 import numpy as np
@@ -171,7 +172,7 @@ class _NpyStream:
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             shape, fortran, dtype = read_header(stream)
-        except ValueError as error:
+        except (ValueError, SyntaxError, tokenize.TokenError) as error:  # numpy tokenizes the header text
             raise ValueError(f"{label} is not a readable .npy array: {error}") from None
         if dtype.hasobject:
             raise ValueError(f"{label} holds Python objects ({dtype}); store numbers")

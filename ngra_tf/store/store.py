@@ -44,7 +44,7 @@ CHUNK_ARRAYS = INDEX_ARRAYS + ("edge_ids", "edge_data")
 _OP_ARRAYS = INDEX_ARRAYS + ("edge_data",)
 _VERTEX_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.-]*$")
 _HEADER_KEYS = ("backend", "num_vertices", "num_edges", "num_parts", "reencode", "bounds", "edge_counts",
-                "order", "vertex_arrays", "edge_data", "files")
+                "imbalance", "order", "vertex_arrays", "edge_data", "files")
 
 # One array of a store: which file, which key in it, its shape and dtype, and what it is (for messages).
 Location = collections.namedtuple("Location", ["path", "key", "shape", "dtype", "what"])
@@ -58,7 +58,7 @@ def check_vertex_name(name) -> str:
 
 
 def backend(name: str):
-    if name not in BACKENDS:
+    if not isinstance(name, str) or name not in BACKENDS:
         raise ValueError(f"format must be one of {', '.join(BACKENDS)}; got {name!r}")
     return BACKENDS[name]
 
@@ -151,6 +151,40 @@ def _spec(entry) -> tuple:
     return tuple(int(s) for s in entry["row_shape"]), np.dtype(entry["dtype"])
 
 
+def _checked_spec(entry, what) -> tuple:
+    """_spec of an entry read from disk: raises ValueError unless it is a list of sizes and a numeric dtype."""
+    if not isinstance(entry, dict) or not isinstance(entry.get("row_shape"), list) or not isinstance(
+            entry.get("dtype"), str):
+        raise ValueError(f"{what} must be {{'row_shape': [sizes], 'dtype': a numpy dtype string}}, got {entry!r}")
+    for size in entry["row_shape"]:
+        _natural(size, f"a size in {what}'s row_shape")
+    try:
+        dtype = np.dtype(entry["dtype"])
+    except TypeError:
+        dtype = None
+    if dtype is None or dtype.kind not in "biuf" or dtype.itemsize > 8:  # what TF and the read ops take
+        raise ValueError(f"{what} has dtype {entry['dtype']!r}, not a numeric numpy dtype of at most 8 bytes")
+    return _spec(entry)
+
+
+def _natural(value, what) -> int:
+    """value if it is a JSON integer >= 0 (not a bool, a float or a string), else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{what} must be a non-negative integer, got {value!r}")
+    return value
+
+
+def _int_array(value, what) -> np.ndarray:
+    """value (nested lists of JSON integers within int64) as an int64 array, else ValueError."""
+    try:
+        array = np.asarray(value)
+    except ValueError:  # ragged
+        array = None
+    if array is None or array.dtype.kind != "i":
+        raise ValueError(f"{what} must be a list of integers, got {value!r}")
+    return array.astype(np.int64)
+
+
 class Store:
     """A graph partitioned into num_parts intervals and chunks, on disk. Open with open_store."""
 
@@ -171,6 +205,8 @@ class Store:
                               self._vertex_specs, self.edge_data_spec)
         self._what = self._layout.descriptions()
         self._entry_keys = {path: json.dumps(entry, sort_keys=True) for path, entry in manifest["files"].items()}
+        self._chunk_of = {location.path: (i, j) for i in range(self.num_parts) for j in range(self.num_parts)
+                          for location in self._layout.chunk(i, j, INDEX_ARRAYS + ("edge_ids",))}
         order = self._read(self._layout.order())
         if order.size and (order.min() < 0 or order.max() >= self.num_vertices
                            or np.bincount(order, minlength=self.num_vertices).max() != 1):
@@ -269,11 +305,41 @@ class Store:
     # ---- integrity ----
 
     def verify(self) -> None:
-        """Checks every file against the manifest (size, crc32, array shapes and dtypes), cached or not."""
+        """Checks every file against the manifest (size, crc32, array shapes and dtypes) and every chunk's
+        index arrays, cached or not."""
         for path in self.manifest["files"]:
-            self._verify(path, force=True)
+            self._verify_file(path, force=True)
+        for i in range(self.num_parts):
+            for j in range(self.num_parts):
+                self._verify_chunk(i, j, force=True)
 
-    def _verify(self, path: str, force: bool = False) -> bytes:
+    def _verify(self, path: str) -> bytes:
+        """Checks file `path` (and, for a chunk's file, the chunk's index arrays) unless this process did;
+        returns a key of the file's version."""
+        version = self._verify_file(path)
+        if path in self._chunk_of:
+            self._verify_chunk(*self._chunk_of[path])
+        return version
+
+    def _verify_chunk(self, i: int, j: int, force: bool = False) -> None:
+        """Checks chunk (i, j)'s index arrays and edge ids: checksums match whatever wrote them, so an array a
+        buggy writer or an edit made wrong would otherwise reach the ops (or a silent wrong answer)."""
+        locations = self._layout.chunk(i, j, INDEX_ARRAYS + ("edge_ids",))
+        paths = sorted({location.path for location in locations})
+        key = ("chunk",) + tuple((self._verify_file(path), self._entry_keys[path]) for path in paths)
+        if not force and key in integrity.VERIFIED:
+            return
+        arrays = {location.key: self._backend.read(os.path.join(self.path, location.path), location.key,
+                                                   location.dtype) for location in locations}
+        problem = chunk_problem(arrays, int(self.bounds[i + 1] - self.bounds[i]),
+                                int(self.bounds[j + 1] - self.bounds[j]), self.num_edges)
+        if problem:
+            raise ValueError(f"store {self.path}: chunk ({i}, {j}) ({', '.join(paths)}): {problem}; its files "
+                             f"match their checksums, so they were written wrong or edited: convert the graph "
+                             f"again with tools/partition_graph.py --overwrite")
+        integrity.VERIFIED.add(key)
+
+    def _verify_file(self, path: str, force: bool = False) -> bytes:
         """Checks file `path` against the manifest unless this process did; returns a key of its version."""
         entry = self.manifest["files"][path]
         full = os.path.join(self.path, path)
@@ -366,6 +432,34 @@ class Store:
     def __repr__(self):
         return (f"Store({self.path!r}, format={self.format}, num_vertices={self.num_vertices}, "
                 f"num_edges={self.num_edges}, num_parts={self.num_parts})")
+
+
+def chunk_problem(arrays: dict, num_src: int, num_dst: int, num_edges: int) -> str | None:
+    """What keeps a chunk's arrays from being Adjacency.from_coo's (CSC sorted by (dst, src), the CSR its
+    stable transpose, edge ids of repeated edges in the user's order), or None. O(E), vectorized."""
+    csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge, edge_ids = (arrays[name] for name in
+                                                                    INDEX_ARRAYS + ("edge_ids",))
+    count = len(csc_src)
+    for name, indptr in (("csc_indptr", csc_indptr), ("csr_indptr", csr_indptr)):
+        if indptr[0] != 0 or indptr[-1] != count or np.any(np.diff(indptr) < 0):
+            return f"{name} does not rise from 0 to the chunk's {count} edges"
+    for name, ids, bound in (("csc_src", csc_src, num_src), ("csr_dst", csr_dst, num_dst),
+                             ("csr_edge", csr_edge, count), ("edge_ids", edge_ids, num_edges)):
+        if count and (ids.min() < 0 or ids.max() >= bound):
+            return f"{name} holds ids outside 0..{bound - 1}"
+    dst = np.repeat(np.arange(num_dst, dtype=csc_src.dtype), np.diff(csc_indptr))
+    src = np.repeat(np.arange(num_src, dtype=csc_src.dtype), np.diff(csr_indptr))
+    same_dst, same_src = np.diff(dst) == 0, np.diff(src) == 0
+    if np.any(same_dst & (np.diff(csc_src) < 0)):
+        return "csc_src is not sorted within each destination"
+    if np.any(same_src & (np.diff(csr_edge) <= 0)):
+        return "csr_edge is not increasing within each source"
+    # With the above, this also makes csr_edge a permutation and csr_indptr the out-degrees.
+    if not (np.array_equal(csc_src[csr_edge], src) and np.array_equal(dst[csr_edge], csr_dst)):
+        return "the CSR arrays (csr_indptr, csr_dst, csr_edge) are not the transpose of the CSC arrays"
+    if np.any(same_dst & (np.diff(csc_src) == 0) & (np.diff(edge_ids) <= 0)):
+        return "edge_ids of repeated edges are not in increasing (the user's) order"
+    return None
 
 
 def _nbytes(location: Location) -> int:
@@ -477,15 +571,33 @@ def validate_manifest(manifest, path) -> None:
     missing = [key for key in _HEADER_KEYS if key not in manifest]
     if missing:
         raise ValueError(f"{where} lacks {', '.join(missing)}")
-    try:
+    try:  # JSON from disk: every field the types the code below assumes (no bool, float or string numbers)
         module = backend(manifest["backend"])
-        num_parts, num_vertices = int(manifest["num_parts"]), int(manifest["num_vertices"])
-        bounds = np.asarray(manifest["bounds"], np.int64)
-        counts = np.asarray(manifest["edge_counts"], np.int64)
-        vertex_arrays = {check_vertex_name(name): _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
-        edge_data = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
+        num_parts, num_vertices = _natural(manifest["num_parts"], "num_parts"), _natural(manifest["num_vertices"],
+                                                                                          "num_vertices")
+        _natural(manifest["num_edges"], "num_edges")
+        bounds = _int_array(manifest["bounds"], "bounds")
+        counts = _int_array(manifest["edge_counts"], "edge_counts")
+        for key in ("vertex_arrays", "files"):
+            if not isinstance(manifest[key], dict):
+                raise ValueError(f"{key} must be a JSON object")
+        vertex_arrays = {check_vertex_name(name): _checked_spec(entry, f"vertex array {name!r}")
+                         for name, entry in manifest["vertex_arrays"].items()}
+        edge_data = None if manifest["edge_data"] is None else _checked_spec(manifest["edge_data"], "edge_data")
+        if not isinstance(manifest["reencode"], bool):
+            raise ValueError(f"reencode must be true or false, got {manifest['reencode']!r}")
+        imbalance, source = manifest["imbalance"], manifest.get("source", {})
+        if not isinstance(imbalance, dict) or not all(
+                isinstance(imbalance.get(key), (int, float)) and not isinstance(imbalance[key], bool)
+                for key in ("before", "after")):
+            raise ValueError(f"imbalance must be {{'before': a number, 'after': a number}}, got {imbalance!r}")
+        if not isinstance(source, dict):
+            raise ValueError(f"source must be a JSON object, got {source!r}")
+        if source.get("num_classes") is not None:
+            _natural(source["num_classes"], "source.num_classes")
     except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"{where} is malformed: {error}") from None
+        raise ValueError(f"{where} is malformed: {error}; convert the graph again with "
+                         f"tools/partition_graph.py --overwrite") from None
     if (num_parts < 1 or bounds.shape != (num_parts + 1,) or bounds[0] != 0 or bounds[-1] != num_vertices
             or np.any(np.diff(bounds) < 0)):
         raise ValueError(f"{where}: bounds {bounds.tolist()} do not cut {num_vertices} vertices into "
@@ -506,8 +618,14 @@ def validate_manifest(manifest, path) -> None:
     for name, arrays in expected.items():
         entry = files[name]
         what = described[name]
-        if not isinstance(entry, dict) or not {"bytes", "crc32", "arrays"} <= set(entry):
+        if (not isinstance(entry, dict) or not {"bytes", "crc32", "arrays"} <= set(entry)
+                or not isinstance(entry["arrays"], dict)):
             raise ValueError(f"{where}: the entry of {name} ({what}) needs bytes, crc32 and arrays")
+        try:
+            _natural(entry["bytes"], f"the byte count of {name}")
+            _natural(entry["crc32"], f"the crc32 of {name}")
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
         if set(entry["arrays"]) != set(arrays):
             raise ValueError(f"{where}: {name} ({what}) lists arrays {sorted(entry['arrays'])}, expected "
                              f"{sorted(arrays)}")

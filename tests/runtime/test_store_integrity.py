@@ -158,6 +158,43 @@ def test_file_that_disagrees_with_the_manifest(tmp_path):
         open_store(store.path).chunk(0, 1)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_index_arrays_written_wrong_with_matching_checksums(tmp_path, fmt):
+    # Checksums only say a file is what was written; a chunk's arrays are checked for being a valid CSC/CSR.
+    store = make_store(tmp_path, fmt)
+    path = chunk_file(store, 0, 1)
+    relative = str(path.relative_to(store.path))
+    csc_src = store.chunk(0, 1).adjacency.csc_src.copy()
+    csc_src[0] = store.bounds[1]  # one past interval 0's last vertex
+    if fmt == "npy":
+        np.save(path, csc_src)
+    else:
+        import h5py  # noqa: PLC0415
+
+        with h5py.File(path, "a") as file:
+            file["csc_src"][...] = csc_src
+    rewrite_manifest(store, lambda m: m["files"][relative].update(bytes=path.stat().st_size,
+                                                                   crc32=integrity.crc32_file(path)))
+    message = rf"chunk \(0, 1\) \([^)]*{relative}[^)]*\): csc_src holds ids outside 0..\d+; .*--overwrite"
+    with pytest.raises(ValueError, match=message):
+        open_store(store.path).chunk(0, 1)
+    with pytest.raises(tf.errors.InvalidArgumentError, match=message):
+        read_in_graph(open_store(store.path), 0, 1)
+
+
+def test_npy_header_whose_length_moves_the_data(tmp_path):
+    store = make_store(tmp_path)
+    path = interval_file(store, "features", 1)
+    data = bytearray(path.read_bytes())
+    data[8] -= 1  # numpy still parses the header without its last '\n': the rows would be read a byte early
+    path.write_bytes(bytes(data))
+    relative = str(path.relative_to(store.path))
+    rewrite_manifest(store, lambda m: m["files"][relative].update(crc32=integrity.crc32_file(path)))
+    with pytest.raises(ValueError, match=rf"file {relative} .* cannot be read: its header puts float32\[\d+, 4\] "
+                                         r"at bytes \d+..\d+, but the file has \d+"):
+        open_store(store.path).vertex_rows("features", 1)
+
+
 def test_manifest_that_disagrees_with_itself(tmp_path):
     store = make_store(tmp_path)
     relative = str(chunk_file(store, 2, 0).relative_to(store.path))
