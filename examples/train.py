@@ -32,9 +32,15 @@ chain per PCIe switch, or none (every device loads everything):
 
 --cluster (or the TF_CONFIG environment variable) trains over the devices of
 a TensorFlow cluster whose workers run examples/worker.py.
+
+--backup_dir keeps a backup of the training state after every epoch (Keras's
+BackupAndRestore): a run that is killed, or that loses a worker, resumes
+from its last finished epoch when the same command runs again, with the
+losses an uninterrupted run has.
 """
 
 import os
+import signal
 import sys
 import time
 
@@ -51,7 +57,7 @@ from ngra_tf.graph import datasets
 from ngra_tf import parallel
 from ngra_tf.ops import copy_stats
 from ngra_tf.parallel.topology import SAMPLES
-from ngra_tf.runtime import budget, resident
+from ngra_tf.runtime import budget, faults, resident
 from ngra_tf.store import integrity, memory, open_store
 
 FLAGS = flags.FLAGS
@@ -115,6 +121,11 @@ flags.DEFINE_string("topology", None, "With --devices: the machine's topology, a
                     "default: one PCIe switch over the devices.")
 flags.DEFINE_list("cluster", None, "Train over a TensorFlow cluster: the workers' host:port addresses (each runs "
                   "examples/worker.py). Default: the cluster in $TF_CONFIG, if set.")
+flags.DEFINE_float("worker_wait", 60, "With --cluster: seconds to wait for workers that are not up yet.",
+                   lower_bound=0)
+flags.DEFINE_string("backup_dir", None, "Back up the training state here after every epoch; run the same command "
+                    "again after a crash or a lost worker and training resumes from the last finished epoch. "
+                    "Removed when training ends.")
 flags.DEFINE_integer("verbose", 0, "Keras verbosity for fit (0 silent, 1 progress bar, 2 one line per epoch).")
 
 
@@ -125,8 +136,10 @@ class EpochTimer(keras.callbacks.Callback):
         super().__init__()
         self.seconds = []
         self._start = None
+        self.epoch = None  # the epoch running (0-based), for messages
 
     def on_epoch_begin(self, epoch, logs=None):
+        self.epoch = epoch
         self._start = time.perf_counter()
 
     def on_epoch_end(self, epoch, logs=None):
@@ -210,30 +223,59 @@ def train_once(inputs, seed):
                   weighted_metrics=["accuracy"])
     features, labels = inputs.features, inputs.labels
     train, val, test = inputs.train, inputs.val, inputs.test
-    if FLAGS.explain:
+    if FLAGS.explain or FLAGS.backup_dir:  # (BackupAndRestore restores into a built model)
         model.build(features.shape)
+    if FLAGS.explain:
         model.explain()
     timer = EpochTimer()  # first, so that the other callbacks' epoch-end work is not counted
     callbacks = [timer]
+    if FLAGS.backup_dir:
+        callbacks.append(ngra_tf.callbacks.BackupAndRestore(FLAGS.backup_dir))
     if recipe.patience:
         callbacks.append(keras.callbacks.EarlyStopping("val_loss", patience=recipe.patience,
                                                        restore_best_weights=True))
     if FLAGS.profile_dir:
         callbacks.append(keras.callbacks.TensorBoard(FLAGS.profile_dir, profile_batch=(2, 4)))
     start = time.perf_counter()
-    history = model.fit(features, labels, sample_weight=train, epochs=recipe.epochs,
-                        validation_data=(features, labels, val), callbacks=callbacks,
-                        verbose=FLAGS.verbose)
-    seconds = time.perf_counter() - start
-    if model.ring is not None:
-        report_traffic(model.ring, copy_stats(reset=True))
-    result = model.evaluate(features, labels, sample_weight=test, verbose=0, return_dict=True)
+    try:
+        history = model.fit(features, labels, sample_weight=train, epochs=recipe.epochs,
+                            validation_data=(features, labels, val), callbacks=callbacks,
+                            verbose=FLAGS.verbose)
+        seconds = time.perf_counter() - start
+        if model.ring is not None:
+            report_traffic(model.ring, copy_stats(reset=True))
+        result = model.evaluate(features, labels, sample_weight=test, verbose=0, return_dict=True)
+    except tf.errors.OpError as error:
+        lost = lost_worker(error, timer.epoch)
+        if lost is None:
+            raise
+        raise faults.TrainingFault(lost) from None
     epochs = len(history.history["loss"])
+    if history.epoch and history.epoch[0] > 0:
+        print(f"resumed from the backup in {FLAGS.backup_dir} after epoch {history.epoch[0]}")
     print(f"{FLAGS.model} on {inputs.name}, seed {seed}: test accuracy {result['accuracy']:.4f} "
           f"after {epochs} epochs ({describe_timing(timer.seconds)})")
-    return {"seed": seed, "epochs": epochs, "seconds": seconds, "epoch_seconds": timer.seconds,
+    return {"seed": seed, "epochs": epochs, "epoch": list(history.epoch), "seconds": seconds,
+            "epoch_seconds": timer.seconds,
             "history": {name: [float(v) for v in values] for name, values in history.history.items()},
             "test": {name: float(value) for name, value in result.items()}}
+
+
+def lost_worker(error, epoch):
+    """One line for a TensorFlow error that says a cluster worker was lost, else None."""
+    cluster = cluster_flag()
+    if cluster is None:
+        return None
+    spec = parallel.cluster_spec(cluster)
+    found = parallel.lost_worker(error, spec)
+    if found is None:
+        return None
+    task, address, cause = found
+    when = "before the first epoch" if epoch is None else f"during epoch {epoch + 1}"
+    resume = ("training resumes from the last finished epoch" if FLAGS.backup_dir else
+              "add --backup_dir=DIR to resume from the last finished epoch instead of starting over")
+    return (f"lost worker task {task} ({address}) {when} ({cause}). Restart it (examples/worker.py "
+            f"--cluster={','.join(spec.job_tasks(parallel.JOB))} --task={task}) and run this command again: {resume}")
 
 
 def report_traffic(ring, stats):
@@ -251,16 +293,23 @@ def report_traffic(ring, stats):
           f"{devices / loads:.2f}x")
 
 
+def cluster_flag():
+    """--cluster, or "TF_CONFIG" when it is not given and $TF_CONFIG is set; None without a cluster."""
+    if FLAGS.cluster is None and os.environ.get("TF_CONFIG"):
+        return "TF_CONFIG"
+    return FLAGS.cluster
+
+
 def start_devices():
     """The devices to train over (None: one), set up before TensorFlow starts."""
-    cluster = FLAGS.cluster
-    if cluster is None and os.environ.get("TF_CONFIG"):
-        cluster = "TF_CONFIG"
+    cluster = cluster_flag()
     if cluster is not None:
         try:
-            return parallel.connect(cluster, FLAGS.devices)
+            return parallel.connect(cluster, FLAGS.devices, wait=FLAGS.worker_wait)
         except ValueError as error:
             raise app.UsageError(f"--cluster: {error}") from None
+        except RuntimeError as error:
+            sys.exit(f"train.py: --cluster: {error}")
     if FLAGS.devices is None:
         return None
     if not tf.config.list_physical_devices("GPU"):
@@ -295,6 +344,13 @@ def validate_flags():
         for name in ("placement", "topology"):
             if FLAGS[name].present:
                 raise app.UsageError(f"--{name} applies to training over several devices: add --devices=N")
+    if FLAGS["worker_wait"].present and cluster_flag() is None:
+        raise app.UsageError("--worker_wait applies to training over a cluster: add --cluster=HOST:PORT,...")
+    if FLAGS.backup_dir is not None:
+        if FLAGS.runs > 1:
+            raise app.UsageError("--backup_dir resumes one run: use it with --runs=1")
+        if os.path.exists(FLAGS.backup_dir) and not os.path.isdir(FLAGS.backup_dir):
+            raise app.UsageError(f"--backup_dir: {FLAGS.backup_dir} is a file, not a directory")
     if FLAGS.devices and not FLAGS.store and FLAGS.chunks < FLAGS.devices:  # (a store's P is checked by the model)
         raise app.UsageError(f"--devices={FLAGS.devices} needs --chunks >= {FLAGS.devices}: every device owns "
                              "destination intervals")
@@ -313,6 +369,12 @@ def validate_flags():
     return topology
 
 
+def stop_on_sigterm(signum, frame):
+    """SIGTERM stops training as Ctrl-C does (Python's default kills at once), so the model's cleanup runs:
+    its spill files go."""
+    raise KeyboardInterrupt("SIGTERM")
+
+
 def main(argv):
     del argv
     global DEVICES, TOPOLOGY
@@ -321,11 +383,16 @@ def main(argv):
     DEVICES, TOPOLOGY = start_devices(), topology
     tf.constant(0.0).numpy()  # TensorFlow's runtime is up before the baseline
     baseline = resident.mark()
-    inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
+    signal.signal(signal.SIGTERM, stop_on_sigterm)
     try:
+        inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
         runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
-    except budget.MemoryBudgetError as error:
+    except (budget.MemoryBudgetError, faults.TrainingFault) as error:
         sys.exit(f"train.py: {error}")
+    except KeyboardInterrupt as stop:
+        resume = "; run the same command again to resume from the last finished epoch" if FLAGS.backup_dir else ""
+        sys.exit(f"train.py: stopped by {stop.args[0] if stop.args else 'Ctrl-C (SIGINT)'} before training "
+                 f"finished (spill files, if any, were removed){resume}")
     peak = baseline.peak()
     print(peak)
     device_peak = resident.device_peak_bytes(resident.device_tier()) if FLAGS.store else None

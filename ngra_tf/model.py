@@ -60,7 +60,7 @@ from ngra_tf.compiler import parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf import parallel
 from ngra_tf.layers.saga import SAGALayer
-from ngra_tf.runtime import budget
+from ngra_tf.runtime import budget, faults, resident
 from ngra_tf.store import integrity, memory
 from ngra_tf.runtime.executor import SPILL_POLICIES, Executor
 from ngra_tf.runtime.sources import MemorySource, StoreSource
@@ -80,6 +80,13 @@ def masked_loss(from_logits: bool = True):
     """
     return keras.losses.SparseCategoricalCrossentropy(from_logits=from_logits,
                                                       reduction="mean_with_sample_weight")
+
+
+class _ReleaseFreeMemory(keras.callbacks.Callback):
+    """After each epoch of a store-backed fit: freed heap pages go back to the OS (resident.release_free_memory)."""
+
+    def on_epoch_end(self, epoch, logs=None):
+        resident.release_free_memory()
 
 
 @keras.saving.register_keras_serializable(package="ngra_tf")
@@ -264,6 +271,8 @@ class GraphModel(keras.Model):
             kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
             if validation_data is not None:
                 validation_data = self._stream_batch(*validation_data, what="fit (validation_data)")
+            # glibc keeps freed heap pages resident, so a long run's RSS would drift up (tools/soak.py).
+            kwargs["callbacks"] = [*(kwargs.get("callbacks") or []), _ReleaseFreeMemory()]
         elif not isinstance(x, tf.data.Dataset):
             self._build_for(x)
             self._check(x, y, sample_weight, "fit")
@@ -302,10 +311,18 @@ class GraphModel(keras.Model):
     @contextlib.contextmanager
     def _host_tier(self):
         """Around fit / evaluate / predict: a store-backed model's spill files go when they return or fail
-        (the outermost call's end: fit's validation runs evaluate inside it)."""
+        (the outermost call's end: fit's validation runs evaluate inside it). A failed step that names a spill or
+        store file is raised as a faults.TrainingFault, which says what happened in one line."""
+        if not self._host_tier_depth and self.store is not None and self._executor is not None:
+            self._executor.open()
         self._host_tier_depth += 1
         try:
             yield
+        except tf.errors.OpError as error:
+            fault = self._executor.fault(error) if self.store is not None and self._executor is not None else None
+            if fault is None:
+                raise
+            raise fault from error
         finally:
             self._host_tier_depth -= 1
             if not self._host_tier_depth and self.store is not None and self._executor is not None:

@@ -212,24 +212,10 @@ def graph_in_memory(store):
     and its edge data (the GCN weights the conversion computed)."""
     import numpy as np  # noqa: PLC0415
 
-    from ngra_tf.graph.graph import Graph  # noqa: PLC0415
+    from ngra_tf.store.convert import read_graph  # noqa: PLC0415
 
-    P, E = store.num_parts, store.num_edges
-    src, dst = np.empty(E, np.int64), np.empty(E, np.int64)
-    spec = store.edge_data_spec
-    data = None if spec is None else np.empty((E,) + tuple(spec[0]), spec[1])
-    for i in range(P):
-        for j in range(P):
-            if not store.edge_counts[i, j]:
-                continue
-            chunk = store.chunk(i, j)
-            adjacency = chunk.adjacency
-            local_dst = np.repeat(np.arange(adjacency.num_dst), np.diff(adjacency.csc_indptr))
-            src[chunk.edge_ids] = store.order[store.bounds[i] + adjacency.csc_src.astype(np.int64)]
-            dst[chunk.edge_ids] = store.order[store.bounds[j] + local_dst]
-            if data is not None:
-                data[chunk.edge_ids] = chunk.edge_data
-    graph = Graph.from_edges(src, dst, store.num_vertices, edge_data=data)
+    P = store.num_parts
+    graph = read_graph(store)
     partition = graph.partition(P)
     same = (np.array_equal(partition.edge_counts, store.edge_counts) and np.array_equal(partition.order, store.order))
     if not same:

@@ -34,6 +34,7 @@ import tempfile
 
 import numpy as np
 
+from ngra_tf.graph.graph import Graph
 from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candidate_intervals, choose_intervals,
                                      chunk_from_edges, count_chunk_edges)
 from ngra_tf.store import integrity, memory, store
@@ -364,3 +365,24 @@ def write_store(directory, graph, num_parts: int, vertex_data: dict | None = Non
     return convert(directory, GraphEdges(graph), rows, num_parts=num_parts, format=format,
                            reencode=reencode, progress=progress, overwrite=overwrite,
                            source={"kind": "in-memory Graph", "graph": repr(graph)})
+
+
+def read_graph(opened: store.Store):
+    """The store's graph in memory (the inverse of write_store): original vertex ids, the user's edge order and
+    its edge data (e.g. the GCN weights a conversion computed). Holds every edge: for graphs that fit."""
+    P, E = opened.num_parts, opened.num_edges
+    src, dst = np.empty(E, np.int64), np.empty(E, np.int64)
+    spec = opened.edge_data_spec
+    data = None if spec is None else np.empty((E,) + tuple(spec[0]), spec[1])
+    for i in range(P):
+        for j in range(P):
+            if not opened.edge_counts[i, j]:
+                continue
+            chunk = opened.chunk(i, j)
+            adjacency = chunk.adjacency
+            local_dst = np.repeat(np.arange(adjacency.num_dst), np.diff(adjacency.csc_indptr))
+            src[chunk.edge_ids] = opened.order[opened.bounds[i] + adjacency.csc_src.astype(np.int64)]
+            dst[chunk.edge_ids] = opened.order[opened.bounds[j] + local_dst]
+            if data is not None:
+                data[chunk.edge_ids] = chunk.edge_data
+    return Graph.from_edges(src, dst, opened.num_vertices, edge_data=data)

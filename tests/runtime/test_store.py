@@ -26,6 +26,21 @@ def test_store_equals_partition(tmp_path, name, num_parts, reencode, fmt):
     assert_store_matches(open_store(tmp_path / "store"), graph, num_parts, reencode, data)
 
 
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_read_graph_gives_back_the_graph(tmp_path, fmt):
+    from ngra_tf.store.convert import read_graph
+
+    for name, graph in GRAPHS.items():
+        back = read_graph(write_store(tmp_path / name, graph, 3, format=fmt))
+        assert back.num_vertices == graph.num_vertices, name
+        np.testing.assert_array_equal(back.src, graph.src, err_msg=name)
+        np.testing.assert_array_equal(back.dst, graph.dst, err_msg=name)
+        if graph.edge_data is None:
+            assert back.edge_data is None, name
+        else:
+            np.testing.assert_array_equal(back.edge_data, graph.edge_data, err_msg=name)
+
+
 def test_public_names():
     assert ngra_tf.store.open_store is open_store and ngra_tf.store.write_store is write_store
     assert "runtime" in ngra_tf.__all__
