@@ -213,14 +213,18 @@ def test_two_trainers_read_one_store_at_once(tmp_path, pubmed_store):
         assert process.returncode == 0, stderr[-3000:]
         return json.loads(record.read_text())["history"]
 
-    flags = [f"--store={pubmed_store}", "--epochs=20"]
-    # (The host tier in memory: on disk, a run under load is not always bit-exact, concurrent or not.)
+    # Both also spill into one directory (each run into a directory of its own inside it: when their files
+    # shared names, concurrent runs overwrote each other's and their losses differed by up to 0.025).
+    spill = tmp_path / "spill"
+    spill.mkdir()
+    flags = [f"--store={pubmed_store}", "--epochs=20", f"--spill_dir={spill}"]
     alone = history(_start(*flags, f"--history_json={tmp_path / 'alone.json'}"), tmp_path / "alone.json")
     both = [_start(*flags, f"--history_json={tmp_path / f'{k}.json'}") for k in range(2)]
     for k, process in enumerate(both):
         got = history(process, tmp_path / f"{k}.json")
         for name in alone:
             np.testing.assert_allclose(got[name], alone[name], rtol=1e-6, err_msg=name)
+    assert os.listdir(spill) == []
 
 
 def test_op_errors_become_one_line_faults():
