@@ -387,7 +387,7 @@ def main(argv):
     try:
         inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
         runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
-    except (budget.MemoryBudgetError, faults.TrainingFault) as error:
+    except (budget.MemoryBudgetError, faults.TrainingFault, ngra_tf.callbacks.BackupError) as error:
         sys.exit(f"train.py: {error}")
     except KeyboardInterrupt as stop:
         resume = "; run the same command again to resume from the last finished epoch" if FLAGS.backup_dir else ""

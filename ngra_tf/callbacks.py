@@ -11,6 +11,10 @@ import numpy as np
 RANDOM_STATE = "random_state.npz"
 
 
+class BackupError(ValueError):
+    """A backup that cannot be restored into this model (another model's, or damaged)."""
+
+
 class BackupAndRestore(keras.callbacks.BackupAndRestore):
     """Keras's BackupAndRestore, with a backup that changes all at once.
 
@@ -39,17 +43,24 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
         shutil.rmtree(self.backup_dir, ignore_errors=True)  # a backup that a kill left half-written
         if os.path.isdir(self._latest):
             shutil.copytree(self._latest, self.backup_dir)  # Keras restores from the directory it writes
-        super().on_train_begin(logs)
-        saved = os.path.join(self.backup_dir, RANDOM_STATE)
-        if os.path.exists(saved):
-            with np.load(saved) as arrays:
-                values = [arrays[f"state_{k}"] for k in range(len(arrays.files))]
-            states = self._random_states()  # in model order (their names carry process-wide counters)
-            if [v.shape for v in values] != [tuple(v.shape) for v in states]:
-                raise ValueError(f"the backup in {self.directory} was written by another model ({len(values)} "
-                                 f"random states, this one has {len(states)}): remove it, or give another directory")
-            for variable, value in zip(states, values):
-                variable.assign(value)
+        try:
+            super().on_train_begin(logs)
+            saved = os.path.join(self.backup_dir, RANDOM_STATE)
+            values = []
+            if os.path.exists(saved):
+                with np.load(saved) as arrays:
+                    values = [arrays[f"state_{k}"] for k in range(len(arrays.files))]
+        except Exception as error:  # Keras's (and h5py's) many ways of saying the weights do not fit
+            reason = (str(error).strip().splitlines() or [type(error).__name__])[0]
+            raise BackupError(f"the backup in {self.directory} does not fit this model ({reason[:200]}): it was "
+                              "written by another model or other settings, or is damaged; remove it, or give "
+                              "another directory") from None
+        states = self._random_states()  # in model order (their names carry process-wide counters)
+        if values and [v.shape for v in values] != [tuple(v.shape) for v in states]:
+            raise BackupError(f"the backup in {self.directory} was written by another model ({len(values)} "
+                              f"random states, this one has {len(states)}): remove it, or give another directory")
+        for variable, value in zip(states, values):
+            variable.assign(value)
 
     def on_epoch_end(self, epoch, logs=None):
         super().on_epoch_end(epoch, logs)  # the weights and the epoch, into staging
@@ -74,4 +85,4 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
             pass
 
 
-__all__ = ["BackupAndRestore"]
+__all__ = ["BackupAndRestore", "BackupError"]

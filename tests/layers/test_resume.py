@@ -34,11 +34,12 @@ class Interrupt(keras.callbacks.Callback):
             raise KeyboardInterrupt  # as Ctrl-C would, between two epochs' backups
 
 
-def _fit(callbacks=(), epochs=EPOCHS):
+def _fit(callbacks=(), epochs=EPOCHS, hidden=16):
     """GCN on Cora with dropout (so a resumed run must also draw the same masks); returns the History."""
     dataset = datasets.cora()
     keras.utils.set_random_seed(0)
-    model = recipes.build_model("gcn", recipes.prepare_graph("gcn", dataset.graph), dataset.num_classes, hidden=16)
+    model = recipes.build_model("gcn", recipes.prepare_graph("gcn", dataset.graph), dataset.num_classes,
+                                hidden=hidden)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss())
     x = dataset.dense_features(normalize=True)
     model.build(x.shape)
@@ -56,6 +57,8 @@ def test_an_interrupted_fit_resumes_with_the_losses_of_an_uninterrupted_one(tmp_
     (backup / "staging").mkdir()
     (backup / "staging" / "latest.weights.h5").write_bytes(b"\x89HDF\r\n half")
     (backup / "staging" / "training_metadata.json").write_text('{"epoch": 5, "batch": 0}')
+    with pytest.raises(ngra_tf.callbacks.BackupError, match=f"the backup in {backup} does not fit this model"):
+        _fit([ngra_tf.callbacks.BackupAndRestore(backup)], hidden=8)  # another model's backup: refused, kept
     history = _fit([ngra_tf.callbacks.BackupAndRestore(backup)])
     assert history.epoch == list(range(3, EPOCHS))
     np.testing.assert_allclose(history.history["loss"], expected[3:], rtol=1e-6)
