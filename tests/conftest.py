@@ -18,9 +18,9 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # three functional models in one mode each (the full 4 x 11 matrix, devices included, in test-slow)
+    # two functional models, in memory and from a store (the full 4 x 11 matrix, devices included, in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
-        "resgcn-memory-P3-ngra", "appnp-store-P3-spill", "sage-store-P4-recompute-disk"},
+        "resgcn-memory-P3-ngra", "sage-store-P4-recompute-disk"},
     "tests/runtime/test_functional_models.py::test_save_and_load": {"resgcn-memory"},
     # train.py with a sequential, an attention and a functional recipe (every recipe in test-slow)
     "tests/layers/test_training.py::test_example_train_once_on_synthetic_preset": {"gcn", "gat", "jknet"},
@@ -89,6 +89,7 @@ SLOW = {
     "tests/layers/test_training.py::test_example_chunks_schedule_and_rewrites_do_not_change_training",
     # (devices equal one device in the default suite through the streamed ring: test_stream_ring)
     "tests/parallel/test_ring.py::test_ring_training_equals_one_device",
+    "tests/parallel/test_ring.py::test_steps_run_on_the_devices_that_own_them",
     "tests/parallel/test_train_devices.py::test_devices_train_like_one_device_and_report_traffic",
     "tests/ops/test_fuzz.py::test_absurd_sizes_fail_cleanly",
     "tests/ops/test_fuzz.py::test_raw_ops_never_crash_on_malformed_input",
