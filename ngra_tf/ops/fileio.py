@@ -6,10 +6,12 @@ with these ops: no Python runs per read, and TensorFlow's executor overlaps
 the reads with compute.
 
 read_file is stateless: in a tf.while_loop with parallel_iterations >= 2, the
-next iteration's read runs while this one computes. Nothing orders it after a
-write_file of the same file but a control dependency, which the caller adds
-(tf.control_dependencies([write_file(...)])). write_file is stateful: writes
-keep their program order.
+next iteration's read runs while this one computes. Both take `after`, a
+tensor the op waits for and ignores: pass the results of the writes a read or
+a write must follow (write_file returns its byte count). That data dependency
+is the only ordering: TensorFlow drops control dependencies on tensors
+captured into loop bodies and conditionals, and does not keep stateful ops in
+program order around a loop that uses a resource variable.
 
 Both run on the host (the ops have CPU kernels only). Without the compiled
 library they fall back to a pure-TF reference: reads with tf.io.read_file
@@ -84,7 +86,7 @@ def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1
                               after, dtype=dtype)
 
 
-def write_file(path, offset, value):
+def write_file(path, offset, value, after=None):
     """Writes `value`'s bytes into the file at `path`, `offset` bytes in; returns the byte count.
 
     Creates the file (mode 0644) if absent and never truncates it, so the
@@ -92,19 +94,22 @@ def write_file(path, offset, value):
     offsets by different steps, in any order. read_file(path, offset,
     value.shape, value.dtype) reads the value back.
 
-    The op is stateful: in a tf.function, writes run in program order, and
-    run even when `written` is unused. A read of what was written must be
-    ordered after it: pass `written`, the returned int64 scalar, as
-    read_file's `after`.
+    The op is stateful, so it runs even when `written` is unused, but that
+    does not order it: pass the results of earlier writes it must follow as
+    `after` (a tensor it waits for and ignores), and pass `written`, the
+    returned int64 scalar, as the `after` of a read of what it wrote. (In a
+    conditional inside a loop that also updates a variable, a write ordered
+    only by a control dependency overtook the file's initial fill.)
     """
     path = _path(path)
     offset = _int64(offset, "offset", minimum=0)
     value = tf.convert_to_tensor(value)
     _dtype(value.dtype, "value")
+    after = tf.constant(0, tf.int64) if after is None else tf.cast(after, tf.int64)
     lib = library()
     if lib is None:
-        return _reference_write(path, offset, value)
-    return lib.ngra_write_file(path, offset, value)
+        return _reference_write(path, offset, value, after)
+    return lib.ngra_write_file(path, offset, value, after)
 
 
 # ---- argument checks: Python values here, tensors when the op runs ----
@@ -284,7 +289,8 @@ def _pwrite(path, offset, value):
     return np.int64(len(data))
 
 
-def _reference_write(path, offset, value):
-    written = tf.py_function(_pwrite, [path, offset, value], tf.int64)
+def _reference_write(path, offset, value, after):
+    written = tf.py_function(lambda path, offset, value, after: _pwrite(path, offset, value),
+                             [path, offset, value, after], tf.int64)
     written.set_shape([])
     return written

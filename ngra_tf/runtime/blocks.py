@@ -143,8 +143,9 @@ class Blocks:
             host_block = copy_d2h(block)
             if self.home == "disk":
                 offset = tf.cast(tf.gather(self.bounds, part), tf.int64) * self.row_bytes
-                with tf.control_dependencies([state]):  # writes are stateful: program order already holds
-                    return state + write_file(self.path, offset, host_block)
+                # The state as `after`, not a control dependency: that one TensorFlow drops inside the
+                # conditionals of a loop, and the block could be written before the file's fill.
+                return state + write_file(self.path, offset, host_block, after=state)
             return state.write(part, host_block)
 
     def add(self, state, part, block):

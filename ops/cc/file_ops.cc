@@ -7,11 +7,12 @@
 // ops of a while-loop body across iterations, so a stateful read could not
 // start until the previous iteration's ops had finished; stateless, iteration
 // k+1's read runs while iteration k computes (parallel_iterations >= 2). The
-// price: nothing orders a read after a write of the same file except a
-// control dependency, which callers add; and, stateless, it would be
-// constant-folded (read once, when the graph is optimised) wherever its
-// inputs are constants, which the kernel prevents (see ReadFileOp::Compute).
-// NgraWriteFile is stateful, so writes keep their program order.
+// price: nothing orders a read after a write of the same file but its
+// `after` input, which callers pass the writes' results; and, stateless, it
+// would be constant-folded (read once, when the graph is optimised) wherever
+// its inputs are constants, which the kernel prevents (see
+// ReadFileOp::Compute). NgraWriteFile is stateful (it always runs), and takes
+// `after` too: being stateful alone does not order writes (see its doc).
 //
 // Both kernels run on the host (CPU only) with POSIX pread / pwrite.
 #include <fcntl.h>
@@ -80,6 +81,7 @@ REGISTER_OP("NgraWriteFile")
     .Input("path: string")
     .Input("offset: int64")
     .Input("value: T")
+    .Input("after: int64")
     .Output("written: int64")
     .Attr("T: " NGRA_FILE_TYPES)
     .SetIsStateful()
@@ -87,6 +89,7 @@ REGISTER_OP("NgraWriteFile")
       ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
       c->set_output(0, c->Scalar());
       return absl::OkStatus();
     })
@@ -94,7 +97,12 @@ REGISTER_OP("NgraWriteFile")
 Writes value's bytes into the file at path, starting `offset` bytes from its
 beginning; creates the file (mode 0644) if absent and never truncates it, so
 blocks of one file can be written at different offsets by different steps.
-written is the number of bytes written.
+written is the number of bytes written. `after` is not read: the write runs
+once it is computed, so passing the `written` outputs of earlier writes of
+the same range orders this one after them. Being stateful does not: inside a
+conditional in a loop that also touches a resource variable, TensorFlow
+lowers a control dependency on an outer tensor to one that only guards
+input-less nodes, and the write could overtake the write it follows.
 )doc");
 
 #undef NGRA_FILE_TYPES
