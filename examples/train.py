@@ -58,7 +58,7 @@ from ngra_tf import parallel
 from ngra_tf.ops import copy_stats
 from ngra_tf.parallel.topology import SAMPLES
 from ngra_tf.runtime import budget, faults, resident
-from ngra_tf.store import integrity, memory, open_store
+from ngra_tf.store import StoreError, integrity, memory, open_store
 
 FLAGS = flags.FLAGS
 DEVICES = None  # what --devices / --cluster resolved to (set up in main, before TensorFlow starts)
@@ -387,7 +387,8 @@ def main(argv):
     try:
         inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
         runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
-    except (budget.MemoryBudgetError, faults.TrainingFault, ngra_tf.callbacks.BackupError) as error:
+    except (budget.MemoryBudgetError, faults.TrainingFault, ngra_tf.callbacks.BackupError,
+            StoreError) as error:  # (a store file found damaged or changed when first read)
         sys.exit(f"train.py: {error}")
     except KeyboardInterrupt as stop:
         resume = "; run the same command again to resume from the last finished epoch" if FLAGS.backup_dir else ""

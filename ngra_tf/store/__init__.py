@@ -14,6 +14,6 @@ Nothing here runs a model: ngra_tf.runtime reads stores through StoreReader.
 """
 
 from ngra_tf.store.convert import write_store
-from ngra_tf.store.store import Store, StorePartition, VertexArray, open_store
+from ngra_tf.store.store import Store, StoreError, StorePartition, VertexArray, open_store
 
-__all__ = ["Store", "StorePartition", "VertexArray", "open_store", "write_store"]
+__all__ = ["Store", "StoreError", "StorePartition", "VertexArray", "open_store", "write_store"]

@@ -35,6 +35,12 @@ from ngra_tf.graph.adjacency import cached_tensor
 from ngra_tf.graph.partition import Chunk
 from ngra_tf.store import hdf5 as store_hdf5, integrity, memory, npy as store_npy
 
+
+class StoreError(ValueError):
+    """A store on disk that is not what its manifest says: missing, changed, damaged or inconsistent files.
+    Raised when a store is opened and whenever one of its files is first read (so also mid-training)."""
+
+
 FORMAT = "ngra-tf-store"
 FORMAT_VERSION = 1
 MANIFEST = "manifest.json"
@@ -210,7 +216,7 @@ class Store:
         order = self._read(self._layout.order())
         if order.size and (order.min() < 0 or order.max() >= self.num_vertices
                            or np.bincount(order, minlength=self.num_vertices).max() != 1):
-            raise ValueError(f"store {self.path}: {self._layout.order().path} is not a permutation of the "
+            raise StoreError(f"store {self.path}: {self._layout.order().path} is not a permutation of the "
                              f"{self.num_vertices} vertex ids")
         self.order = order
         position = np.empty(self.num_vertices, np.int64)
@@ -334,7 +340,7 @@ class Store:
         problem = chunk_problem(arrays, int(self.bounds[i + 1] - self.bounds[i]),
                                 int(self.bounds[j + 1] - self.bounds[j]), self.num_edges)
         if problem:
-            raise ValueError(f"store {self.path}: chunk ({i}, {j}) ({', '.join(paths)}): {problem}; its files "
+            raise StoreError(f"store {self.path}: chunk ({i}, {j}) ({', '.join(paths)}): {problem}; its files "
                              f"match their checksums, so they were written wrong or edited: convert the graph "
                              f"again with tools/partition_graph.py --overwrite")
         integrity.VERIFIED.add(key)
@@ -347,30 +353,30 @@ class Store:
         try:
             identity = integrity.file_identity(full)
         except FileNotFoundError:
-            raise ValueError(f"{where} is missing") from None
+            raise StoreError(f"{where} is missing") from None
         key = (identity, self._entry_keys[path])
         version = f"{full}@{':'.join(map(str, identity))}".encode()
         if not force and key in integrity.VERIFIED:
             return version
         if identity[2] != entry["bytes"]:
-            raise ValueError(f"{where} has {identity[2]} bytes, the manifest says {entry['bytes']}: "
+            raise StoreError(f"{where} has {identity[2]} bytes, the manifest says {entry['bytes']}: "
                              f"the file is truncated or was replaced")
         crc = integrity.crc32_file(full)
         if crc != entry["crc32"]:
-            raise ValueError(f"{where} fails its checksum (crc32 {crc:#010x}, the manifest says "
+            raise StoreError(f"{where} fails its checksum (crc32 {crc:#010x}, the manifest says "
                              f"{entry['crc32']:#010x}): the file is corrupted")
         arrays = entry["arrays"]
         try:
             found = self._backend.describe(full, list(arrays))
         except (OSError, ValueError) as error:
-            raise ValueError(f"{where} cannot be read: {error}") from None
+            raise StoreError(f"{where} cannot be read: {error}") from None
         for name, expected in arrays.items():
             shape, dtype = tuple(expected["shape"]), np.dtype(expected["dtype"])
             stored = getattr(self._backend, "stored_dtype", np.dtype)(dtype)
             if found.get(name) is None:
-                raise ValueError(f"{where} holds no array {name!r}")
+                raise StoreError(f"{where} holds no array {name!r}")
             if tuple(found[name][0]) != shape or np.dtype(found[name][1]) != stored:
-                raise ValueError(f"{where} holds {name!r} as {found[name][1]}{list(found[name][0])}, the "
+                raise StoreError(f"{where} holds {name!r} as {found[name][1]}{list(found[name][0])}, the "
                                  f"manifest says {stored}{list(shape)}")
         integrity.VERIFIED.add(key)
         return version
@@ -421,7 +427,7 @@ class Store:
 
     def _check_name(self, name):
         if name not in self._vertex_specs:
-            raise ValueError(f"store {self.path} has no vertex array {name!r}; it has "
+            raise StoreError(f"store {self.path} has no vertex array {name!r}; it has "
                              f"{', '.join(map(repr, self._vertex_specs)) or 'none'}")
 
     def _check_parts(self, *parts):
@@ -539,23 +545,23 @@ class StorePartition:
 def open_store(path) -> Store:
     """Opens the store in directory `path`: validates its manifest and reads the vertex order.
 
-    Cheap: no chunk or vertex array is read. Raises ValueError naming the
-    problem: no directory, an unfinished conversion (no manifest), a
+    Cheap: no chunk or vertex array is read. Raises StoreError (a
+    ValueError) naming the problem: no directory, an unfinished conversion (no manifest), a
     manifest that is not this format or version, or that disagrees with
     itself.
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.isdir(path):
-        raise ValueError(f"no store at {path}: not a directory")
+        raise StoreError(f"no store at {path}: not a directory")
     manifest_path = os.path.join(path, MANIFEST)
     if not os.path.exists(manifest_path):
-        raise ValueError(f"incomplete store: no manifest ({MANIFEST}) in {path}; a conversion into it did not "
+        raise StoreError(f"incomplete store: no manifest ({MANIFEST}) in {path}; a conversion into it did not "
                          f"finish (or it is not a store): convert again with overwrite")
     try:
         with open(manifest_path) as stream:
             manifest = json.load(stream)
     except (OSError, ValueError) as error:
-        raise ValueError(f"store {path}: cannot read {MANIFEST}: {error}") from None
+        raise StoreError(f"store {path}: cannot read {MANIFEST}: {error}") from None
     validate_manifest(manifest, path)
     return Store(path, manifest)
 
@@ -564,13 +570,13 @@ def validate_manifest(manifest, path) -> None:
     """Raises ValueError unless the manifest is this format and version and agrees with itself."""
     where = f"store {path}: {MANIFEST}"
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        raise ValueError(f"{where} is not an ngra-tf store manifest (format is not {FORMAT!r})")
+        raise StoreError(f"{where} is not an ngra-tf store manifest (format is not {FORMAT!r})")
     version = manifest.get("format_version")
     if version != FORMAT_VERSION:
-        raise ValueError(f"{where} has format version {version!r}; this ngra_tf reads version {FORMAT_VERSION}")
+        raise StoreError(f"{where} has format version {version!r}; this ngra_tf reads version {FORMAT_VERSION}")
     missing = [key for key in _HEADER_KEYS if key not in manifest]
     if missing:
-        raise ValueError(f"{where} lacks {', '.join(missing)}")
+        raise StoreError(f"{where} lacks {', '.join(missing)}")
     try:  # JSON from disk: every field the types the code below assumes (no bool, float or string numbers)
         module = backend(manifest["backend"])
         num_parts, num_vertices = _natural(manifest["num_parts"], "num_parts"), _natural(manifest["num_vertices"],
@@ -596,42 +602,42 @@ def validate_manifest(manifest, path) -> None:
         if source.get("num_classes") is not None:
             _natural(source["num_classes"], "source.num_classes")
     except (TypeError, ValueError, KeyError) as error:
-        raise ValueError(f"{where} is malformed: {error}; convert the graph again with "
+        raise StoreError(f"{where} is malformed: {error}; convert the graph again with "
                          f"tools/partition_graph.py --overwrite") from None
     if (num_parts < 1 or bounds.shape != (num_parts + 1,) or bounds[0] != 0 or bounds[-1] != num_vertices
             or np.any(np.diff(bounds) < 0)):
-        raise ValueError(f"{where}: bounds {bounds.tolist()} do not cut {num_vertices} vertices into "
+        raise StoreError(f"{where}: bounds {bounds.tolist()} do not cut {num_vertices} vertices into "
                          f"{num_parts} intervals")
     if counts.shape != (num_parts, num_parts) or np.any(counts < 0) or counts.sum() != manifest["num_edges"]:
-        raise ValueError(f"{where}: edge_counts must be {num_parts} x {num_parts} non-negative counts summing to "
+        raise StoreError(f"{where}: edge_counts must be {num_parts} x {num_parts} non-negative counts summing to "
                          f"num_edges={manifest['num_edges']}")
     layout = Layout(module, num_vertices, bounds, counts, vertex_arrays, edge_data)
     if manifest["order"] != layout.order().path:
-        raise ValueError(f"{where}: the order file is {manifest['order']!r}, expected {layout.order().path!r}")
+        raise StoreError(f"{where}: the order file is {manifest['order']!r}, expected {layout.order().path!r}")
     files = manifest["files"]
     expected = layout.files()
     described = layout.descriptions()
     for name in sorted(set(expected) - set(files)):
-        raise ValueError(f"{where} does not list {name} ({described[name]})")
+        raise StoreError(f"{where} does not list {name} ({described[name]})")
     for name in sorted(set(files) - set(expected)):
-        raise ValueError(f"{where} lists {name}, which this store's layout has no place for")
+        raise StoreError(f"{where} lists {name}, which this store's layout has no place for")
     for name, arrays in expected.items():
         entry = files[name]
         what = described[name]
         if (not isinstance(entry, dict) or not {"bytes", "crc32", "arrays"} <= set(entry)
                 or not isinstance(entry["arrays"], dict)):
-            raise ValueError(f"{where}: the entry of {name} ({what}) needs bytes, crc32 and arrays")
+            raise StoreError(f"{where}: the entry of {name} ({what}) needs bytes, crc32 and arrays")
         try:
             _natural(entry["bytes"], f"the byte count of {name}")
             _natural(entry["crc32"], f"the crc32 of {name}")
         except ValueError as error:
-            raise ValueError(f"{where}: {error}") from None
+            raise StoreError(f"{where}: {error}") from None
         if set(entry["arrays"]) != set(arrays):
-            raise ValueError(f"{where}: {name} ({what}) lists arrays {sorted(entry['arrays'])}, expected "
+            raise StoreError(f"{where}: {name} ({what}) lists arrays {sorted(entry['arrays'])}, expected "
                              f"{sorted(arrays)}")
         for key, location in arrays.items():
             if entry["arrays"][key] != array_entry(location.shape, location.dtype):
-                raise ValueError(f"{where}: {name} ({what}) lists {key!r} as {entry['arrays'][key]}, but the "
+                raise StoreError(f"{where}: {name} ({what}) lists {key!r} as {entry['arrays'][key]}, but the "
                                  f"store's header implies {array_entry(location.shape, location.dtype)}")
 
 

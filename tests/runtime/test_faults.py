@@ -206,6 +206,20 @@ def test_train_py_stops_when_its_store_is_converted_again(tmp_path, pubmed_store
     open_store(store).verify()  # the conversion itself finished
 
 
+def test_train_py_names_a_damaged_store_file_in_one_line(tmp_path, pubmed_store):
+    # The labels are read lazily, in fit: a damaged file used to end in the store's ValueError and a traceback.
+    store = tmp_path / "store"
+    shutil.copytree(pubmed_store, store)
+    damaged = sorted((store / "vertex" / "labels").iterdir())[-1]
+    data = bytearray(damaged.read_bytes())
+    data[-1] ^= 0xFF
+    damaged.write_bytes(bytes(data))
+    line = _one_line_exit(_start(f"--store={store}", "--epochs=2"))
+    relative = damaged.relative_to(store)
+    assert line.startswith(f"train.py: store {store}: file {relative} (interval "), line
+    assert "fails its checksum" in line and "corrupted" in line, line
+
+
 @pytest.mark.slow
 def test_two_trainers_read_one_store_at_once(tmp_path, pubmed_store):
     def history(process, record):
