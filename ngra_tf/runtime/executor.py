@@ -43,6 +43,7 @@ layer is anything with `compiled(rows, graph, rewrites, training)` and
 from __future__ import annotations
 
 import dataclasses
+import errno
 import os
 import shutil
 import tempfile
@@ -970,17 +971,25 @@ class Executor:
         temporary directory), so that two trainers or two models given one spill_dir never write each other's
         files. Traced functions name files in it, so its path lives as long as the executor; it is made again
         after close() removes it."""
-        if self._owned_dir is None:
-            parent = self.spill_directory()
-            if not os.path.isdir(parent):
-                made = parent  # the outermost missing directory: close() removes it whole
-                while not os.path.exists(os.path.dirname(made)):
-                    made = os.path.dirname(made)
-                self._made_dirs.append(made)
-                os.makedirs(parent, mode=0o700, exist_ok=True)
-            self._owned_dir = tempfile.mkdtemp(prefix="ngra-spill-", dir=parent)
-            self._made_dirs.append(self._owned_dir)
-        os.makedirs(self._owned_dir, mode=0o700, exist_ok=True)
+        parent = self.spill_directory()
+        try:
+            if self._owned_dir is None:
+                if os.path.exists(parent) and not os.path.isdir(parent):
+                    raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory")
+                if not os.path.isdir(parent):
+                    made = parent  # the outermost missing directory: close() removes it whole
+                    while not os.path.exists(os.path.dirname(made)):
+                        made = os.path.dirname(made)
+                    self._made_dirs.append(made)
+                    os.makedirs(parent, mode=0o700, exist_ok=True)
+                self._owned_dir = tempfile.mkdtemp(prefix="ngra-spill-", dir=parent)
+                self._made_dirs.append(self._owned_dir)
+            os.makedirs(self._owned_dir, mode=0o700, exist_ok=True)
+        except OSError as error:
+            raise faults.SpillDirectoryError(
+                f"spill directory {parent}: cannot make the host tier's directory in it "
+                f"({error.strerror or error}): pass a directory you can write (spill_dir=, train.py --spill_dir)"
+                + ("" if self.spill_dir is None else f", or none to use {tempfile.gettempdir()}")) from None
         return self._owned_dir
 
     def open(self):

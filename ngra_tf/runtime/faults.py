@@ -30,6 +30,10 @@ class SpillSpaceError(TrainingFault):
     """The spill directory has less free space than the disk host tier needs."""
 
 
+class SpillDirectoryError(TrainingFault):
+    """The spill directory cannot hold the host tier: it is a file, or a directory cannot be made in it."""
+
+
 class SpillWriteError(TrainingFault):
     """A spill file of the host tier could not be written (or read back)."""
 

@@ -71,6 +71,22 @@ def test_a_spill_directory_without_room_fails_before_training(tmp_path, monkeypa
     assert not (tmp_path / "spill").exists()
 
 
+@pytest.mark.parametrize("where", ["the file", "below the file"])
+def test_a_spill_directory_that_cannot_be_made_fails_in_one_line(tmp_path, where):
+    store = _store(tmp_path)
+    user_file = tmp_path / "notes.txt"
+    user_file.write_text("the user's")
+    spill = user_file if where == "the file" else user_file / "spill"
+    model = _model("gcn", store, spill_dir=spill)
+    with pytest.raises(faults.SpillDirectoryError) as raised:
+        _fit(model, store)
+    message = str(raised.value)
+    assert message.startswith(f"spill directory {spill}: cannot make the host tier's directory in it ("), message
+    assert "\n" not in message and "pass a directory you can write" in message, message
+    assert model.optimizer.iterations.numpy() == 0
+    assert user_file.read_text() == "the user's"
+
+
 # ---- a store changed under a running trainer, in process ----
 
 
