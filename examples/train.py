@@ -193,6 +193,10 @@ def load_store(path):
     prepared = store.manifest.get("source", {}).get("edges", {}).get("kind", "")
     if FLAGS.model == "gcn" and (store.edge_data_spec is None or "gcn" not in prepared):
         raise app.UsageError("--store: gcn needs a store prepared for it (edge weights): convert with --prepare=gcn")
+    if FLAGS["chunks"].present and FLAGS.chunks != store.num_parts:
+        raise app.UsageError(f"--chunks={FLAGS.chunks}, but {path} is partitioned into {store.num_parts} x "
+                             f"{store.num_parts} chunks: leave --chunks out, or convert the graph again with "
+                             f"--chunks={FLAGS.chunks}")
     masks = tuple(store.array(name) for name in ("train_mask", "val_mask", "test_mask"))
     return Inputs(store, store.array("features"), store.array("labels"), masks, store.num_classes(), path)
 
@@ -327,6 +331,11 @@ def validate_flags():
         raise app.UsageError(f"--rewrites: unknown {sorted(unknown)}; choose from {', '.join(REWRITES)} or none")
     if FLAGS.history_json and not os.path.isdir(os.path.dirname(os.path.abspath(FLAGS.history_json))):
         raise app.UsageError(f"--history_json: no directory {os.path.dirname(os.path.abspath(FLAGS.history_json))}")
+    if FLAGS.history_json and os.path.isdir(FLAGS.history_json):  # (found before training, not after it)
+        raise app.UsageError(f"--history_json: {FLAGS.history_json} is a directory; name a file in it, such as "
+                             f"{os.path.join(FLAGS.history_json, 'history.json')}")
+    if FLAGS.profile_dir and os.path.exists(FLAGS.profile_dir) and not os.path.isdir(FLAGS.profile_dir):
+        raise app.UsageError(f"--profile_dir: {FLAGS.profile_dir} is a file, not a directory")
     for name, models in (("depth", ("resgcn", "jknet")), ("k", ("appnp",)), ("alpha", ("appnp",)),
                          ("attention_dropout", ("gat",))):
         if FLAGS[name].present and FLAGS.model not in models:

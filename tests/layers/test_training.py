@@ -172,6 +172,8 @@ def test_a_usage_error_is_one_line_on_the_command_line(tmp_path):
     (["--history_json=/no/such/dir/history.json"], "--history_json: no directory /no/such/dir"),
     (["--model=gcn", "--depth=16"], "--depth applies to --model=resgcn or jknet, not gcn"),
     (["--model=resgcn", "--k=5"], "--k applies to --model=appnp, not resgcn"),
+    (["--history_json=/"], "--history_json: / is a directory; name a file in it, such as /history.json"),
+    ([f"--profile_dir={__file__}"], f"--profile_dir: {__file__} is a file, not a directory"),
 ])
 def test_example_flag_errors(example, args, message):
     assert usage_error(example, *args) == message

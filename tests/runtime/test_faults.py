@@ -236,6 +236,12 @@ def test_train_py_names_a_damaged_store_file_in_one_line(tmp_path, pubmed_store)
     assert "fails its checksum" in line and "corrupted" in line, line
 
 
+def test_train_py_refuses_chunks_other_than_the_stores_in_one_line(pubmed_store):
+    line = _one_line_exit(_start(f"--store={pubmed_store}", "--chunks=3"))
+    assert line == (f"--chunks=3, but {pubmed_store} is partitioned into 2 x 2 chunks: leave --chunks out, or "
+                    "convert the graph again with --chunks=3"), line
+
+
 @pytest.mark.slow
 def test_two_trainers_read_one_store_at_once(tmp_path, pubmed_store):
     def history(process, record):
