@@ -81,8 +81,8 @@ flags.DEFINE_float("attention_dropout", None, "GAT's dropout on the attention we
                    "the attention fuses into one kernel per chunk (online softmax), which trains from a store with "
                    "chunk-sized steps; dropout per edge is not element-wise and runs the column-wide softmax instead.",
                    lower_bound=0, upper_bound=1)
-flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks.",
-                     lower_bound=1)
+flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks (with "
+                     "--store, the store's own P: leave it out).", lower_bound=1)
 flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps (NGra §6.2): ngra (column by "
                   "column, ApplyVertex as each column completes), stage (all chunks, then all ApplyVertex) or "
                   "dest-order (row by row).")
