@@ -427,7 +427,7 @@ class Store:
 
     def _check_name(self, name):
         if name not in self._vertex_specs:
-            raise StoreError(f"store {self.path} has no vertex array {name!r}; it has "
+            raise ValueError(f"store {self.path} has no vertex array {name!r}; it has "
                              f"{', '.join(map(repr, self._vertex_specs)) or 'none'}")
 
     def _check_parts(self, *parts):
@@ -546,9 +546,9 @@ def open_store(path) -> Store:
     """Opens the store in directory `path`: validates its manifest and reads the vertex order.
 
     Cheap: no chunk or vertex array is read. Raises StoreError (a
-    ValueError) naming the problem: no directory, an unfinished conversion (no manifest), a
-    manifest that is not this format or version, or that disagrees with
-    itself.
+    ValueError) naming the problem: no directory, an unfinished conversion
+    (no manifest), a manifest that is not this format or version, or that
+    disagrees with itself.
     """
     path = os.path.abspath(os.fspath(path))
     if not os.path.isdir(path):
@@ -567,7 +567,7 @@ def open_store(path) -> Store:
 
 
 def validate_manifest(manifest, path) -> None:
-    """Raises ValueError unless the manifest is this format and version and agrees with itself."""
+    """Raises StoreError unless the manifest is this format and version and agrees with itself."""
     where = f"store {path}: {MANIFEST}"
     if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
         raise StoreError(f"{where} is not an ngra-tf store manifest (format is not {FORMAT!r})")
