@@ -11,6 +11,12 @@ layer's call *in that model*: the tensors it read and made. The public
 `layer.input` / `layer.output` give a layer's first call anywhere, which is
 another model's when a layer is shared; `functional_calls` reads the model's
 own nodes instead (Functional._nodes, Operation._inbound_nodes).
+
+A subclassed Keras model that calls SAGA layers is first run *symbolically*
+by Keras to learn its output (Model.compute_output_spec, inside a
+SymbolicScope and a StatelessScope, where variables read as their initial
+values): a layer must not compile its program there, or the program would
+hold the initial weights as constants. `in_symbolic_build` says when.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 
 import keras
+from keras.src.backend.common.symbolic_scope import in_symbolic_scope
 
 
 @contextlib.contextmanager
@@ -48,4 +55,9 @@ def functional_calls(network) -> list:
     return calls
 
 
-__all__ = ["functional_calls", "training_context"]
+def in_symbolic_build() -> bool:
+    """Whether Keras is running a call symbolically, only to learn its output's shape (see the module doc)."""
+    return in_symbolic_scope()
+
+
+__all__ = ["functional_calls", "in_symbolic_build", "training_context"]

@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import weakref
 
 import keras
 import numpy as np
@@ -58,7 +59,7 @@ import tensorflow as tf
 
 from ngra_tf.compiler import parse_rewrites
 from ngra_tf.graph.graph import Graph
-from ngra_tf import parallel
+from ngra_tf import parallel, tf_compat
 from ngra_tf.layers.saga import SAGALayer
 from ngra_tf.runtime import budget, faults, resident
 from ngra_tf.store import integrity, memory
@@ -141,7 +142,11 @@ class GraphModel(keras.Model):
             self.stages()  # a model that cannot run fails now, naming the layer
         self._pending_input_shape = None
         self._executor = None
-        self._host_tier_depth = 0  # nested fit / evaluate / predict calls (see _host_tier)
+        self._running_depth = 0  # nested fit / evaluate / predict calls (see _running)
+        # Custom gradients TensorFlow registered while this model traced its steps (Keras's optimizer registers one
+        # per train function): released with the model, or they would keep its traced graphs (tf_compat).
+        self._gradients = []
+        weakref.finalize(self, tf_compat.forget_gradients, self._gradients)
         self._features = "features"  # the store's vertex array a store-backed model reads as its input
         self.devices, self.placement, self.topology = devices, placement, topology
         self.ring = None
@@ -281,7 +286,7 @@ class GraphModel(keras.Model):
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
             validation_data = self._graph_batch(*validation_data)
-        with self._host_tier():
+        with self._running():
             return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
 
     def evaluate(self, x=None, y=None, sample_weight=None, **kwargs):
@@ -294,7 +299,7 @@ class GraphModel(keras.Model):
                 self._build_for(x)
                 self._check(x, y, sample_weight, "evaluate")
                 x, y, sample_weight = self._graph_batch(x, y, sample_weight), None, None
-        with self._host_tier():
+        with self._running():
             return super().evaluate(x, y, sample_weight=sample_weight, **kwargs)
 
     def predict(self, x, **kwargs):
@@ -305,27 +310,31 @@ class GraphModel(keras.Model):
             self._build_for(x)
             self._check(x, what="predict")
             x = self._graph_batch(x)
-        with self._host_tier():
+        with self._running():
             return super().predict(x, **kwargs)
 
     @contextlib.contextmanager
-    def _host_tier(self):
-        """Around fit / evaluate / predict: a store-backed model's spill files go when they return or fail
-        (the outermost call's end: fit's validation runs evaluate inside it). A failed step that names a spill or
-        store file is raised as a faults.TrainingFault, which says what happened in one line."""
-        if not self._host_tier_depth and self.store is not None and self._executor is not None:
+    def _running(self):
+        """Around fit / evaluate / predict (the outermost call: fit's validation runs evaluate inside it): the
+        gradients registered while they trace are this model's (released with it); a store-backed model's spill
+        files go when they return or fail. A failed step that names a spill or store file is raised as a
+        faults.TrainingFault, which says what happened in one line."""
+        outermost = not self._running_depth
+        streamed = self.store is not None and self._executor is not None
+        if outermost and streamed:
             self._executor.open()
-        self._host_tier_depth += 1
+        self._running_depth += 1
         try:
-            yield
+            with tf_compat.gradients_registered(self._gradients) if outermost else contextlib.nullcontext():
+                yield
         except tf.errors.OpError as error:
-            fault = self._executor.fault(error) if self.store is not None and self._executor is not None else None
+            fault = self._executor.fault(error) if streamed else None
             if fault is None:
                 raise
             raise fault from error
         finally:
-            self._host_tier_depth -= 1
-            if not self._host_tier_depth and self.store is not None and self._executor is not None:
+            self._running_depth -= 1
+            if outermost and streamed:
                 self._executor.close()
 
     def _build_for(self, x):

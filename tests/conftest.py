@@ -1,11 +1,8 @@
 """The test process splits its CPU into four logical devices before TensorFlow starts, so that
 multi-device (ring) training runs here without GPUs; everything else uses /CPU:0 as before."""
 
-import gc
-
 import pytest
 import tensorflow as tf
-from tensorflow.python.framework import ops as tf_ops
 
 from ngra_tf.parallel.ring import split_cpu
 
@@ -52,6 +49,7 @@ THINNED = {
     "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"gat-2", "ggnn-1"},
 }
 SLOW = {
+    "tests/layers/test_released_models.py::test_models_built_and_dropped_in_a_loop_do_not_accumulate",
     "tests/compiler/test_compiler_rewrites.py::test_compiled_layers_train_inside_keras_fit",
     "tests/runtime/test_stream.py::test_callbacks_and_save_load_refer_to_the_store",
     "tests/runtime/test_stream_ring.py::test_source_rows_cross_from_the_host_once_per_route",
@@ -112,18 +110,3 @@ def pytest_collection_modifyitems(config, items):
         if base in seen and not keep <= seen[base]:
             raise pytest.UsageError(f"conftest.THINNED keeps {sorted(keep - seen[base])} of {base}, "
                                     f"which has no such cases: {sorted(seen[base])}")
-
-
-@pytest.fixture(autouse=True)
-def _forget_custom_gradients():
-    """A traced tf.custom_gradient (the executor's backward) is registered in TensorFlow's process-wide
-    gradient registry, which keeps its whole graph alive (~100 MB per model here). A test's models are gone
-    when it ends; so are their entries, or the suite's process grows to tens of GB."""
-    registry = tf_ops._gradient_registry._registry
-    before = set(registry)
-    yield
-    added = [name for name in set(registry) - before if name.startswith("CustomGradient-")]
-    for name in added:
-        del registry[name]
-    if added:  # the graphs they held are cycles: collect them now (only then: a collection costs ~0.1 s)
-        gc.collect()

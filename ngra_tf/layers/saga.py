@@ -22,7 +22,7 @@ import tensorflow as tf
 from ngra_tf.compiler.edges import NO_EDGE_DATA
 from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
 from ngra_tf.graph.partition import Partition
-from ngra_tf.keras_compat import training_context
+from ngra_tf.keras_compat import in_symbolic_build, training_context
 from ngra_tf.ops import propagation
 from ngra_tf.ops.softmax import edge_softmax
 from ngra_tf.runtime.executor import Executor
@@ -158,6 +158,9 @@ class SAGALayer(keras.layers.Layer):
             raise ValueError(f"{type(self).__name__} must be called with the graph it runs over: "
                              "layer(x, graph=graph), or inside an ngra_tf.GraphModel")
         partition = graph if isinstance(graph, Partition) else _whole(graph)
+        if in_symbolic_build():  # Keras only wants the output's shape (a subclassed model's first call)
+            shape = self.compute_output_shape(tuple(inputs.shape))
+            return tf.zeros([tf.shape(inputs)[0]] + list(shape[1:]), self.compute_dtype)
         return self._executor(partition, schedule, rewrites, ring)(inputs, training)
 
     def _executor(self, partition, schedule, rewrites, ring):

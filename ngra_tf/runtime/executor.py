@@ -52,6 +52,7 @@ import weakref
 import numpy as np
 import tensorflow as tf
 
+from ngra_tf import tf_compat
 from ngra_tf.compiler.kernels import LayerKernels
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
@@ -95,6 +96,9 @@ class Executor:
         # user's spill_dir keeps its other files), by close() and, should a process exit without it, at exit.
         self._files, self._made_dirs = {}, []
         weakref.finalize(self, _remove_host_tier, self._files, self._made_dirs)
+        # The backwards traced into graphs, and their names in TensorFlow's gradient registry (released with this).
+        self._backwards, self._registered = [], []
+        weakref.finalize(self, tf_compat.forget_gradients, self._registered)
         self.tile_bytes = int(tile_bytes)
         self.parallel = PARALLEL_STEPS if overlap else 1
         self.compute_dtype = tf.as_dtype(compute_dtype)
@@ -227,9 +231,28 @@ class Executor:
                 return d_x, [grads.get(id(variable_of(v))) for v in variables]
 
             self._check_spill_space()
-            return output, grad
+            return output, self._weakly(grad)
 
-        return run(tf.zeros([0], self.compute_dtype) if streamed else x)
+        output = run(tf.zeros([0], self.compute_dtype) if streamed else x)
+        name = tf_compat.registered_gradient(output)
+        if name is not None:
+            self._registered.append(name)
+        return output
+
+    def _weakly(self, grad):
+        """`grad` as TensorFlow's gradient registry keeps it: through a weak reference, so that the registry does
+        not keep this executor alive (it releases the registration when it goes, see tf_compat)."""
+        self._backwards.append(grad)
+        weak = weakref.ref(self)
+        index = len(self._backwards) - 1
+
+        def backward(*dy, variables=None):
+            executor = weak()
+            if executor is None:
+                raise RuntimeError("the model this gradient belongs to has been released")
+            return executor._backwards[index](*dy, variables=variables)
+
+        return backward
 
     def _sum(self, a, b, blocked):
         """Two gradients of one kept value (it is read by several stages): tensors, or host-tier rows."""

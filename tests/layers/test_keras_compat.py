@@ -32,3 +32,26 @@ def test_functional_calls_are_the_models_own_even_for_a_shared_layer():
     assert [op.name for op, _, _ in calls] == ["shared_dense", "join"]
     assert calls[0][1] == [x] and calls[0][2] == [h]
     assert calls[1][1] == [h, x] and calls[1][2] == list(model.outputs)
+
+
+def test_in_symbolic_build_is_true_only_while_keras_learns_an_output_shape():
+    from ngra_tf.keras_compat import in_symbolic_build  # noqa: PLC0415
+
+    seen = []
+
+    class Probe(keras.layers.Layer):
+        def call(self, x):
+            seen.append(in_symbolic_build())
+            return x
+
+    class Subclassed(keras.Model):  # Keras runs its first call symbolically to learn the output
+        def __init__(self):
+            super().__init__()
+            self.probe = Probe()
+
+        def call(self, x):
+            return self.probe(x)
+
+    Subclassed()(np.ones((2, 3), np.float32))
+    assert seen[0] is True and seen[-1] is False
+    assert not in_symbolic_build()
