@@ -26,7 +26,7 @@ per vertex. The graph is saved with the model (as a Keras asset), so
 In place of a Graph, a model may take a chunk store (ngra_tf.store.open_store):
 its features, labels and masks stay on disk and every step streams chunks and
 intervals through a memory budget (the same executor, ngra_tf.runtime.executor,
-over ngra_tf.runtime.sources.StoreSource):
+over ngra_tf.runtime.residency.Streamed):
 
     store = ngra_tf.store.open_store("reddit.store")
     model = ngra_tf.GraphModel(store, [GCN(128, activation="relu"), GCN(41)], memory_budget="256MB")
@@ -64,7 +64,7 @@ from ngra_tf.layers.saga import SAGALayer
 from ngra_tf.runtime import budget, faults, resident
 from ngra_tf.store import integrity, memory
 from ngra_tf.runtime.executor import SPILL_POLICIES, Executor
-from ngra_tf.runtime.sources import MemorySource, StoreSource
+from ngra_tf.runtime.residency import InMemory, Streamed
 from ngra_tf.runtime.stages import sequential_network, stages_of
 from ngra_tf.runtime.schedule import check_schedule
 from ngra_tf.store.store import Store, VertexArray, open_store
@@ -180,15 +180,15 @@ class GraphModel(keras.Model):
         if self._executor is None:
             stages = self.stages()
             if self.store is None:
-                self._executor = Executor(stages, MemorySource(self.partition), self.schedule, self.rewrites,
+                self._executor = Executor(stages, InMemory(self.partition), self.schedule, self.rewrites,
                                           compute_dtype=self.compute_dtype, ring=self.ring)
             else:
-                executor = Executor(stages, StoreSource(self.store, self._features), self.schedule, self.rewrites,
-                                    spill=self.spill, spill_dir=self.spill_dir, compute_dtype=self.compute_dtype,
-                                    ring=self.ring, selective=self.selective, overlap=self.overlap)
+                residency = Streamed(self.store, self._features, spill_dir=self.spill_dir, selective=self.selective)
+                executor = Executor(stages, residency, self.schedule, self.rewrites, spill=self.spill,
+                                    compute_dtype=self.compute_dtype, ring=self.ring, overlap=self.overlap)
                 plan = budget.Plan(executor, self, self.memory_budget)
                 plan.check()  # a budget that is too small fails before any work
-                executor.host = "disk" if self.spill_dir is not None else plan.host
+                residency.host = "disk" if self.spill_dir is not None else plan.host
                 self._executor, self._memory_plan = executor, plan
         return self._executor
 

@@ -33,6 +33,8 @@ sends it back through the exponentials (`softmax_backward`).
 
 from __future__ import annotations
 
+import copy
+
 import numpy as np
 import tensorflow as tf
 
@@ -50,6 +52,9 @@ class LayerKernels:
     def __init__(self, program: LayerProgram, variables):
         self.program = program
         self.name = program.name
+        self.variables = list(variables)
+        # The random ops' state among them (dropout's seed generators), by the tf.Variable's id.
+        self._seed_ids = {id(tf_variable(v)) for v in variables if "seed_generator_state" in v.name}
         self.edge_replay, self.vertex_replay = Replay(program.edge, variables), Replay(program.vertex, variables)
         self.weights = [v for v in variables if getattr(v, "trainable", True)]
         self.feature_shape, self.dtype = program.accum_spec()
@@ -75,6 +80,24 @@ class LayerKernels:
         self.markers = [] if self.code is not None else [
             op.name for op in edge.graph.get_operations() if op.name in edge.markers]
         self.column_wide = bool(self.markers)
+
+    def bind(self, variables) -> "LayerKernels":
+        """These kernels reading `variables` instead of the layer's own (tf.Variables at the same positions as
+        `self.variables`: another layer of the same signature's, or a traced function's arguments)."""
+        replacement = {id(tf_variable(mine)): tf_variable(theirs) for mine, theirs in zip(self.variables, variables)}
+        bound = copy.copy(self)
+        bound.variables = list(variables)
+        bound.edge_replay = self.edge_replay.bound(replacement)
+        bound.vertex_replay = self.vertex_replay.bound(replacement)
+        bound.weights = [tf_variable(theirs) for mine, theirs in zip(self.variables, variables)
+                         if getattr(mine, "trainable", True)]
+        bound._seed_ids = {id(replacement[i]) for i in self._seed_ids}
+        return bound
+
+    def seeds(self, variables) -> list:
+        """The seed-generator states among `variables` (from edge_variables(), hoist_variables() or
+        vertex_variables())."""
+        return [v for v in variables if id(v) in self._seed_ids]
 
     def edge_variables(self) -> list:
         """The variables the edge stage reads (tf.Variables): its weights, and the seeds of random ops in it."""
@@ -370,6 +393,11 @@ class LayerKernels:
             return self.vertex_replay.evaluate([program.vertex.output], feeds)[0]
 
 
+def tf_variable(variable):
+    """The tf.Variable behind a Keras variable (or the tf.Variable itself)."""
+    return getattr(variable, "value", variable) if not isinstance(variable, tf.Variable) else variable
+
+
 def _packed(values, rows, dtype):
     """Row tensors flattened and side by side ([rows, 0] for none), in dtype."""
     flat = [tf.reshape(tf.cast(v, dtype), [-1, int(np.prod(v.shape[1:].as_list(), dtype=np.int64))])
@@ -389,4 +417,4 @@ def _gradients(tape, targets, sources, output_gradients):
     return [tf.zeros(tf.shape(s), s.dtype) if g is None else tf.convert_to_tensor(g) for s, g in zip(sources, result)]
 
 
-__all__ = ["CHAIN_REDUCE", "LayerKernels"]
+__all__ = ["CHAIN_REDUCE", "LayerKernels", "tf_variable"]

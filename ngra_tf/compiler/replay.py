@@ -34,6 +34,15 @@ class Replay:
                 by_handle[id(tf_variable.handle)] = tf_variable
         self._variable_of = {name: by_handle.get(id(outer)) for name, outer in trace.external.items()}
 
+    def bound(self, replacement: dict):
+        """This replay reading other variables: replacement maps id(tf.Variable) of each variable read to the one
+        to read instead (another layer's at the same position, or a traced function's argument)."""
+        other = object.__new__(Replay)
+        other.trace = self.trace
+        other._variable_of = {name: None if variable is None else replacement[id(variable)]
+                              for name, variable in self._variable_of.items()}
+        return other
+
     def evaluate(self, targets, feeds=None, memo=None):
         """Values of `targets` (traced tensors), with `feeds` (traced tensor name -> value) given.
 

@@ -26,7 +26,7 @@ from ngra_tf.keras_compat import in_symbolic_build, training_context
 from ngra_tf.ops import propagation
 from ngra_tf.ops.softmax import edge_softmax
 from ngra_tf.runtime.executor import Executor
-from ngra_tf.runtime.sources import MemorySource
+from ngra_tf.runtime.residency import InMemory
 from ngra_tf.runtime.stages import INPUT, Stage
 
 # Accumulators: how Gather combines a vertex's messages. "a|b" applies each
@@ -168,7 +168,7 @@ class SAGALayer(keras.layers.Layer):
         key = (id(partition), schedule, parse_rewrites(rewrites), id(ring))
         cache = self.__dict__.setdefault("_executors", {})
         if key not in cache:
-            executor = Executor([Stage((INPUT,), None, self, self.name)], MemorySource(partition), schedule, rewrites,
+            executor = Executor([Stage((INPUT,), None, self, self.name)], InMemory(partition), schedule, rewrites,
                                 compute_dtype=self.compute_dtype, ring=ring)
             cache[key] = (partition, ring, executor)  # the partition and ring are kept so that their ids stay theirs
         return cache[key][2]

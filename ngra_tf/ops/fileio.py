@@ -112,6 +112,17 @@ def write_file(path, offset, value, after=None):
     return lib.ngra_write_file(path, offset, value, after)
 
 
+def file_stats(reset=False) -> dict:
+    """Bytes read_file has read and write_file has written in this process since the last reset, as
+    {"read": bytes, "written": bytes} (reset: zero them). Without the compiled library, zeros."""
+    lib = library()
+    if lib is None:
+        return {"read": 0, "written": 0}
+    with tf.device("/cpu:0"):
+        read, written = lib.ngra_file_stats(tf.constant(bool(reset)))
+    return {"read": int(read), "written": int(written)}
+
+
 # ---- argument checks: Python values here, tensors when the op runs ----
 
 

@@ -13,6 +13,9 @@ explicit copy (copy_h2d / copy_d2h, NGra §3.1), counted by the copy ops.
     home "disk"    a file in a spill directory, interval p at its rows' offset: get reads the
                    range (NgraReadFile) and copies it to the device; put writes it (NgraWriteFile)
 
+When the device is the host itself (`copies=False`: a CPU-only process),
+there is nothing to copy: a host block is where the kernels read it.
+
 P = 1 is one block.
 """
 
@@ -33,10 +36,14 @@ class Blocks:
     """One block per interval of `sizes[p]` rows of `row_shape`, in `dtype`, living at `home`.
 
     `device` is where gets deliver and puts take blocks (None: the default
-    device); `host` is the host device; `path` the file of a disk array.
+    device); `host` is the host device; `path` the file of a disk array (a
+    str, or a string tensor inside a traced function); `copies` whether
+    moving a block between the host and the device is a copy (not when the
+    device is the host).
     """
 
-    def __init__(self, name: str, home: str, sizes, row_shape, dtype, device=None, host="/CPU:0", path=None):
+    def __init__(self, name: str, home: str, sizes, row_shape, dtype, device=None, host="/CPU:0", path=None,
+                 copies=True):
         if home not in HOMES:
             raise ValueError(f"home must be one of {', '.join(HOMES)}; got {home!r}")
         if home == "disk" and path is None:
@@ -46,7 +53,7 @@ class Blocks:
         self.bounds = np.concatenate([[0], np.cumsum(self.sizes)]).astype(np.int64)
         self.row_shape = tuple(int(d) for d in row_shape)
         self.dtype = tf.as_dtype(dtype)
-        self.device, self.host, self.path = device, host, path
+        self.device, self.host, self.path, self.copies = device, host, path, bool(copies)
 
     @property
     def row_bytes(self) -> int:
@@ -85,7 +92,7 @@ class Blocks:
             with self._where():
                 return self.empty().split(rows, tf.constant(self.sizes))
         with tf.device(self.host):
-            host_rows = copy_d2h(rows)
+            host_rows = self._to_host(rows)
             if self.home == "disk":
                 return write_file(self.path, tf.constant(0, tf.int64), host_rows)
             return self.empty().split(host_rows, tf.constant(self.sizes))
@@ -98,34 +105,37 @@ class Blocks:
     def get(self, state, part):
         """Block `part` on the device."""
         if self.home == "device":
-            return state.read(part)
-        with tf.device(self.device):
-            return copy_h2d(self.get_host(state, part))
+            return self._shaped(state.read(part))
+        return self._to_device(self.get_host(state, part))
 
     def get_host(self, state, part):
         """Block `part` where it lives, for work on the host before a copy (a device array's stays put)."""
         if self.home == "device":
-            return state.read(part)
+            return self._shaped(state.read(part))
         with tf.device(self.host):
             return self._read(state, part)
 
     def get_rows(self, state, part, start, stop):
         """Rows start..stop of block `part`, on the device."""
         if self.home == "device":
-            return state.read(part)[start:stop]
+            return self._shaped(state.read(part))[start:stop]
         with tf.device(self.host):
             if self.home == "disk":
                 first = tf.gather(self.bounds, part) + tf.cast(start, tf.int64)
                 block = self._read_range(state, first, tf.cast(stop, tf.int64) - tf.cast(start, tf.int64))
             else:
-                block = state.read(part)[start:stop]
-        with tf.device(self.device):
-            return copy_h2d(block)
+                block = self._shaped(state.read(part))[start:stop]
+        return self._to_device(block)
 
     def _read(self, state, part):
         if self.home == "disk":
             return self._read_range(state, tf.gather(self.bounds, part), tf.gather(self.sizes, part))
-        return state.read(part)
+        return self._shaped(state.read(part))
+
+    def _shaped(self, block):
+        """A block with its known row shape (a TensorArray passed through a function forgets it)."""
+        block.set_shape(self._element_shape())
+        return block
 
     def _read_range(self, token, first_row, count):
         block = read_file(self.path, tf.cast(first_row, tf.int64) * self.row_bytes,
@@ -140,7 +150,7 @@ class Blocks:
             with self._where():
                 return state.write(part, block)
         with tf.device(self.host):
-            host_block = copy_d2h(block)
+            host_block = self._to_host(block)
             if self.home == "disk":
                 offset = tf.cast(tf.gather(self.bounds, part), tf.int64) * self.row_bytes
                 # The state as `after`, not a control dependency: that one TensorFlow drops inside the
@@ -155,14 +165,22 @@ class Blocks:
     def concat(self, state, to_device=True):
         """Every block, in interval order, as one tensor on the device (to_device=False: on the host)."""
         if self.home == "device":
-            return state.concat()
+            return self._shaped(state.concat())
         with tf.device(self.host):
             rows = (self._read_range(state, 0, int(self.bounds[-1])) if self.home == "disk"
-                    else state.concat())
+                    else self._shaped(state.concat()))
         if not to_device:
             return rows
+        return self._to_device(rows)
+
+    def _to_device(self, block):
+        if not self.copies:
+            return block
         with tf.device(self.device):
-            return copy_h2d(rows)
+            return copy_h2d(block)
+
+    def _to_host(self, block):
+        return copy_d2h(block) if self.copies else block
 
     def remove(self):
         """Deletes a disk array's file (nothing else to free)."""

@@ -63,7 +63,7 @@ class Plan:
 
     def __init__(self, executor, model, budget: int | None):
         self.executor, self.model, self.budget = executor, model, budget
-        self.store = executor.source.store
+        self.store = executor.residency.store
         self.num_devices = len(executor.lanes)
         self.steps, self.resident, self.kept, self.shared_rows, self.summary = self._estimate()
         self.largest = max(self.steps, key=lambda step: step[1])
@@ -100,11 +100,12 @@ class Plan:
         tier = "host memory" if self.host == "memory" else "a spill directory on disk"
         lines.append(f"  memory budget {budget}{per_device}: the host tier keeps up to {format_bytes(self.kept)}, "
                      f"in {tier}")
-        if executor.ring is not None:
+        if executor.lanes.ring is not None:
             lines.append(f"  shared source rows: {format_bytes(self.shared_rows)} per forward pass, loaded from the "
-                         f"host {len(executor.ring.routes(0))}x (once per route), passed on device to device")
-        if executor.selective:
-            lines.append(f"  selective scheduling ({executor.selective:g}): {len(executor.selected_chunks())} chunks "
+                         f"host {len(executor.lanes.ring.routes(0))}x (once per route), passed on device to device")
+        if executor.residency.selective:
+            lines.append(f"  selective scheduling ({executor.residency.selective:g}): "
+                         f"{len(executor.residency.selected_chunks())} chunks "
                          f"copy only the source rows they use, {executor.selective_rows_saved} rows left on the host "
                          "per layer and pass")
         return lines
@@ -122,7 +123,7 @@ class Plan:
         in_flight = PARALLEL_STEPS  # a loop's steps in flight (the next one's reads while this one computes)
         steps, summary = [], []
         kept_forward = backward_extra = shared_rows = 0
-        row_shape, dtype = executor.source.input_spec(model.compute_dtype)
+        row_shape, dtype = executor.residency.input_spec(model.compute_dtype)
         specs = {INPUT: tf.TensorSpec([None] + list(row_shape), dtype)}  # every kept value's rows
         for index, stage in enumerate(executor.stages):
             name = f"stage {index}"

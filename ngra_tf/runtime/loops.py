@@ -26,6 +26,7 @@ numbers, whatever order chunks run in.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 import numpy as np
@@ -87,6 +88,20 @@ class ChunkLoops:
                     degree[self.bounds[j]:self.bounds[j + 1]] += partition.in_degree(i, j)
         self.degree = degree  # in interval order: mean divides by it, max / min start where it is > 0
         self.seeds = list(seeds)  # seed-generator state variables the edge stage reads
+
+    def bind(self, kernels) -> "ChunkLoops":
+        """These loops over `kernels` (the same program bound to other variables: LayerKernels.bind)."""
+        bound = copy.copy(self)
+        bound.kernels = kernels
+        bound.seeds = kernels.seeds(kernels.edge_variables())
+        return bound
+
+    def memory_forward(self, arrays):
+        """forward() over the in-memory partition's packed chunks, its arrays by name (for a shared loop)."""
+        return self.forward(arrays["rows"], self.chunks, arrays["columns"])
+
+    def memory_backward(self, arrays, seeds):
+        return self.backward(arrays["rows"], self.chunks, arrays["columns"], arrays["grads"], arrays["d_rows"], seeds)
 
     # ---- what the loops keep ----
 

@@ -24,6 +24,8 @@ import dataclasses
 import keras
 import tensorflow as tf
 
+from ngra_tf.compiler.kernels import tf_variable as variable_of
+from ngra_tf.compiler.signature import graph_signature
 from ngra_tf.keras_compat import functional_calls
 
 INPUT = "input"  # the key of the model's input rows
@@ -70,6 +72,22 @@ class Stage:
         if self.prologue is None:
             return xs[0]
         return self.prologue(list(xs) if len(xs) > 1 else xs[0], training=training)
+
+    def prologue_signature(self, specs, training) -> str:
+        """The prologue's signature on inputs like `specs` (ngra_tf.compiler.signature): stages whose prologues
+        compute the same function of their own variables share the loops that run them."""
+        if self.prologue is None:
+            return "none"
+        key = (tuple((tuple(s.shape.as_list()), s.dtype.name) for s in specs), bool(training))
+        cache = self.__dict__.setdefault("_signatures", {})
+        if key not in cache:
+            prologue = self.prologue
+            traced = tf.function(lambda *xs: prologue(list(xs) if len(xs) > 1 else xs[0], training=training),
+                                 autograph=False).get_concrete_function(*specs)
+            graph = traced.graph
+            external = {internal.name: outer for outer, internal in graph.captures}
+            cache[key] = graph_signature(graph, external, prologue.variables, graph.inputs[:len(specs)])
+        return cache[key]
 
     def without_prologue(self, key):
         """The stage's graph layer alone, reading the kept value `key` (what its prologue made)."""
@@ -158,12 +176,6 @@ def _unique(variables):
             seen.add(id(variable_of(w)))
             found.append(w)
     return found
-
-
-def variable_of(v):
-    """The tf.Variable behind a Keras variable (or the variable itself)."""
-    inner = getattr(v, "value", None)
-    return inner if isinstance(inner, tf.Variable) else v
 
 
 __all__ = ["INPUT", "Stage", "sequential_network", "stages_of", "variable_of"]

@@ -19,6 +19,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdint>
 #include <limits>
@@ -105,9 +106,29 @@ lowers a control dependency on an outer tensor to one that only guards
 input-less nodes, and the write could overtake the write it follows.
 )doc");
 
+REGISTER_OP("NgraFileStats")
+    .Input("reset: bool")
+    .Output("read: int64")
+    .Output("written: int64")
+    .SetIsStateful()
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 0, &unused));
+      c->set_output(0, c->Scalar());
+      c->set_output(1, c->Scalar());
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The bytes NgraReadFile has read and NgraWriteFile has written in this process
+since the last reset (reset: zero them after reading).
+)doc");
+
 #undef NGRA_FILE_TYPES
 
 namespace {
+
+// Bytes read and written by the file ops, process-wide (NgraFileStats).
+std::atomic<int64_t> bytes_read{0}, bytes_written{0};
 
 // A file descriptor closed on every path out of the kernel.
 class Fd {
@@ -267,6 +288,7 @@ class ReadFileOp : public OpKernel {
       // A bool must be 0 or 1; any nonzero byte reads as true.
       for (int64_t i = 0; i < bytes; ++i) data[i] = data[i] != 0;
     }
+    bytes_read += bytes;
   }
 };
 
@@ -300,12 +322,31 @@ class WriteFileOp : public OpKernel {
       done += n;
     }
     OP_REQUIRES(ctx, fd.Close() == 0, FileError("cannot close " + path + " after writing " + what, fd.error()));
+    bytes_written += bytes;
     Tensor* written = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &written));
     written->scalar<int64_t>()() = bytes;
   }
 };
 
+class FileStatsOp : public OpKernel {
+ public:
+  explicit FileStatsOp(::tensorflow::OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const Tensor& reset = ctx->input(0);
+    OP_REQUIRES(ctx, reset.dims() == 0,
+                errors::InvalidArgument("reset must be a scalar bool, got shape ", reset.shape().DebugString()));
+    const bool zero = reset.scalar<bool>()();
+    Tensor *read = nullptr, *written = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({}), &read));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({}), &written));
+    read->scalar<int64_t>()() = zero ? bytes_read.exchange(0) : bytes_read.load();
+    written->scalar<int64_t>()() = zero ? bytes_written.exchange(0) : bytes_written.load();
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("NgraFileStats").Device(::tensorflow::DEVICE_CPU), FileStatsOp);
 REGISTER_KERNEL_BUILDER(Name("NgraReadFile").Device(::tensorflow::DEVICE_CPU), ReadFileOp);
 REGISTER_KERNEL_BUILDER(Name("NgraWriteFile").Device(::tensorflow::DEVICE_CPU), WriteFileOp);
 

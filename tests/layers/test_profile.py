@@ -1,10 +1,11 @@
 """--profile_dir writes a profiler trace in which the four SAGA-NN stages can
 be told apart.
 
-SAGALayer.call wraps each stage in tf.name_scope ("Scatter", "ApplyEdge",
-"Gather", "ApplyVertex"). Keras's fit runs the model in a tf.function, so the
-scopes become part of the graph's node names, and the profiler names each op
-event after its node ("StatefulPartitionedCall/gcn_1/gcn_1/Gather/NgraGather:NgraGather").
+The kernels wrap each stage in tf.name_scope ("Scatter", "ApplyEdge",
+"Gather", "ApplyVertex"). A graph layer's forward and backward are functions
+traced once per signature, whose ops are named under the signature's name,
+so the profiler names each op event after its node
+("GCN_1433_16_forward/ForwardChunkSteps/.../FusedGather/NgraFusedGather:NgraFusedGather").
 """
 
 import collections
@@ -81,20 +82,21 @@ def test_profile_trace_has_the_stage_names(tmp_path):
 
 
 def test_profile_trace_shows_chunks_and_fused_gathers(tmp_path):
-    """GCN fuses: a layer's chunk steps are the iterations of one loop (ForwardChunkSteps, and
-    BackwardChunkSteps in its Backward scope), each step one fused gather, P x P of them per pass."""
+    """GCN fuses: a layer's chunk steps are the iterations of one loop (ForwardChunkSteps in its signature's
+    forward function, BackwardChunkSteps in its backward), each step one fused gather, P x P of them per pass."""
     counts = profile_events(tmp_path, "--model=gcn", "--chunks=2")
     if counts is None:
         pytest.skip("no xplane parser in this TensorFlow")
-    for layer in ("gcn", "gcn_1"):
+    for signature in ("GCN_1433_16", "GCN_16_7"):  # Cora's 1433 features -> 16 hidden -> 7 classes
         forward = sum(n for name, n in counts.items()
-                      if f"/{layer}/ForwardChunkSteps/" in name and name.endswith("FusedGather/NgraFusedGather"
-                                                                                 ":NgraFusedGather"))
+                      if name.startswith(f"{signature}_forward/ForwardChunkSteps/") and "FusedGather/NgraFusedGather"
+                      in name and name.endswith(":NgraFusedGather"))
         backward = sum(n for name, n in counts.items()
-                       if f"/{layer}/Backward/BackwardChunkSteps/" in name and name.endswith(":NgraFusedGatherGrad"))
-        assert forward and forward % 4 == 0, (layer, forward)
-        assert backward and backward % 4 == 0, (layer, backward)
-        assert any(f"/{layer}/ApplyVertex/" in name for name in counts), layer
+                       if name.startswith(f"{signature}_backward/BackwardChunkSteps/")
+                       and name.endswith(":NgraFusedGatherGrad"))
+        assert forward and forward % 4 == 0, (signature, forward)
+        assert backward and backward % 4 == 0, (signature, backward)
+        assert any(name.startswith(f"{signature}_forward/ApplyVertex/") for name in counts), signature
 
 
 def test_trace_summary_reads_the_profile(tmp_path):

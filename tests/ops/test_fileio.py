@@ -226,6 +226,17 @@ def test_read_is_stateless_and_write_is_stateful(tmp_path):
     assert ops["NgraWriteFile"].op_def.is_stateful is True
 
 
+def test_bytes_read_and_written_are_counted(tmp_path):
+    assert lib() is not None
+    path = str(tmp_path / "x.bin")
+    fileio.file_stats(reset=True)
+    write_file(path, 0, tf.zeros([3, 4]))
+    read_file(path, 8, [2], tf.float32)
+    assert fileio.file_stats() == {"read": 8, "written": 48}
+    assert fileio.file_stats(reset=True) == {"read": 8, "written": 48}
+    assert fileio.file_stats() == {"read": 0, "written": 0}
+
+
 # ---- errors ----
 
 

@@ -148,15 +148,15 @@ def test_evaluate_predict_and_labels_in_user_order(tmp_path):
         assert got[name] == pytest.approx(expected[name], rel=1e-5)
 
 
-def test_copies_are_counted(tmp_path):
+def test_a_host_device_copies_nothing(tmp_path):
+    """Without a GPU the device is the host: a store-backed step's reads land where the kernels read them, so
+    no copy_h2d or copy_d2h runs (over several devices, logical or not, every move is a counted copy:
+    test_stream_ring)."""
     _, streamed, store, _ = _pair(tmp_path, "gcn", 3)
     copy_stats(reset=True)
     streamed.fit(store.array("features"), store.array("labels"), sample_weight=store.array("train_mask"), epochs=1,
                  verbose=0)
-    moved = {kind: sum(n for (k, _), n in copy_stats().items() if k == kind) for kind in ("h2d", "d2h")}
-    features = NUM_VERTICES * WIDTH * 4
-    assert moved["h2d"] >= 2 * features  # forward and backward each read every feature row
-    assert moved["d2h"] > 0
+    assert copy_stats() == {}
 
 
 def test_callbacks_and_save_load_refer_to_the_store(tmp_path):

@@ -1,0 +1,146 @@
+"""Residency: where a model's rows, chunks and kept values live. One of two, chosen once per model.
+
+    InMemory   a Partition held whole: the model's input is a tensor, chunks are sliced from the packed
+               partition (on each lane's device), values kept between steps are tensors or blocks in memory
+    Streamed   a chunk store on disk: the input is a vertex array read by interval, chunks are read from
+               the store's files by ops inside the loops, values kept between steps live in the host tier
+               (host memory, or files in a spill directory: ngra_tf.runtime.spill)
+
+Both answer the same questions for the executor: the chunks a lane reads,
+the home of an array kept between steps (`host_home`), and whether moving a
+block between the host and a lane is a copy at all: when the compute device
+is the host itself (no GPU), a block read from the host tier or a chunk read
+from the store is already where the kernels read it, and no copy_h2d /
+copy_d2h runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import tensorflow as tf
+
+from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
+from ngra_tf.graph.partition import LoadedChunk
+from ngra_tf.ops.copy import copy_h2d
+from ngra_tf.runtime.chunks import PackedChunks
+from ngra_tf.runtime.spill import SpillDirectory
+from ngra_tf.store.reader import StoreReader
+
+HOST_TIERS = ("memory", "disk")
+
+
+class InMemory:
+    """A Partition held whole (see the module doc)."""
+
+    streamed = False
+    host_home = "host"  # blocks kept between steps over several devices
+
+    def __init__(self, partition):
+        self.partition, self.graph = partition, partition.graph
+        self._chunks = {}
+
+    def chunks(self, lanes, d):
+        """Lane d's chunk source: the chunks of the columns it owns, packed on its device once (one lane: all)."""
+        if d not in self._chunks:
+            P = self.partition.num_parts
+            mine = None if len(lanes) == 1 else [i * P + j for i in range(P) for j in lanes.columns(d)]
+            self._chunks[d] = PackedChunks(self.partition, device=lanes.devices[d], chunks=mine)
+        return self._chunks[d]
+
+    def copies(self, lane) -> bool:
+        return True
+
+
+class StoreShapes:
+    """What SAGALayer.compiled reads of a graph, for a store."""
+
+    def __init__(self, store):
+        self.num_vertices = store.num_vertices
+        spec = store.edge_data_spec
+        self.stored_edge_data = None if spec is None else np.zeros((0,) + tuple(spec[0]), spec[1])
+
+
+class Streamed:
+    """A chunk store (see the module doc): `features` is the vertex array the model reads; `host` the host tier
+    ("memory" or "disk", in `spill_dir` or the temporary directory); `selective` NeuGraph's threshold."""
+
+    streamed = True
+
+    def __init__(self, store, features="features", host="memory", spill_dir=None, selective: float = 0.0):
+        if host not in HOST_TIERS:
+            raise ValueError(f"the host tier must be one of {', '.join(HOST_TIERS)}; got {host!r}")
+        self.store, self.features, self.host = store, features, host
+        self.partition, self.graph = store.partition(), StoreShapes(store)
+        self.spill = SpillDirectory(spill_dir)
+        self.selective = float(selective or 0.0)
+        self._reader = None
+        self._selected = None
+
+    @property
+    def host_home(self):
+        return "disk" if self.host == "disk" else "host"
+
+    @property
+    def reader(self) -> StoreReader:
+        if self._reader is None:
+            self._reader = StoreReader(self.store, [self.features])
+        return self._reader
+
+    def chunks(self, lanes, d):
+        return CopiedChunks(self.reader, lanes.devices[d], copy=self.copies(lanes.devices[d]))
+
+    def copies(self, lane) -> bool:
+        """Whether a block moved between the host tier and `lane` is copied: not when the lane is the host."""
+        return not _is_host(lane)
+
+    def input_spec(self, compute_dtype):
+        row_shape, dtype = self.store.vertex_spec(self.features)
+        dtype = tf.as_dtype(dtype)
+        return tuple(row_shape), compute_dtype if dtype.is_floating else dtype
+
+    def selected_chunks(self) -> dict:
+        """{chunk id: source rows it uses}, for the chunks whose edges leave from fewer than `selective` of their
+        source interval's rows (NeuGraph's selective scheduling; read from the store's CSR pointers once)."""
+        if self._selected is None:
+            self._selected = {}
+            P, sizes = self.partition.num_parts, np.diff(np.asarray(self.partition.bounds, np.int64))
+            for i in range(P):
+                for j in range(P):
+                    if self.partition.edge_counts[i, j]:
+                        indptr = self.store.chunk_arrays(i, j, names=("csr_indptr",))["csr_indptr"]
+                        used = int(np.count_nonzero(np.diff(indptr)))
+                        if used < self.selective * sizes[i]:
+                            self._selected[i * P + j] = used
+        return self._selected
+
+
+class CopiedChunks:
+    """A store's chunks read on the host, and copied to a lane (copy_h2d) unless the lane is the host."""
+
+    def __init__(self, reader, lane, copy=True):
+        self.reader, self.lane, self.copy = reader, lane, copy
+        self.index_dtype = reader.index_dtype
+
+    def chunk(self, k):
+        loaded = self.reader.chunk(k)
+        if not self.copy:
+            return loaded
+        with on_lane(self.lane):
+            tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
+            data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
+        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
+
+
+def on_lane(lane):
+    """tf.device(lane), or nothing for the default lane (None)."""
+    return contextlib.nullcontext() if lane is None else tf.device(lane)
+
+
+def _is_host(lane) -> bool:
+    """Whether ops placed on `lane` run on the host CPU: the default lane with no GPU in the process."""
+    return lane is None and not tf.config.list_logical_devices("GPU")
+
+
+__all__ = ["CopiedChunks", "HOST_TIERS", "InMemory", "StoreShapes", "Streamed", "on_lane"]

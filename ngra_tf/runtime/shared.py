@@ -1,0 +1,85 @@
+"""Compiled once per signature: the loops of every layer of the same signature are one traced function.
+
+A model's stages run loops (chunk steps, row tiles, columns) whose bodies
+read a layer's weights, its rows and its kept values. Traced per layer, what
+is compiled grows with depth (a 16-layer model's first epoch was 8x a
+2-layer one's). Here each loop is a tf.function traced once per *signature*
+(the compiled program, its widths, the schedule: ngra_tf.compiler.signature)
+and called with each layer's own variables, block states and spill-file
+paths as arguments: the first caller's Python objects describe the loop, and
+nothing of that caller is captured (a traced function that captured a
+variable would apply one layer's weights to another's rows, so that is
+checked when it is traced).
+
+The functions are not inlined into their callers (`_noinline`): a call is
+one op, and TensorFlow instantiates the body once, whatever the number of
+call sites. Their ops are named under the signature's readable name (say
+"GCN_602_64_forward/ForwardChunkSteps/FusedGather/..."), which is what a
+profiler trace shows: every layer of that signature runs those ops.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+
+class SharedFunctions:
+    """tf.functions by signature key, traced by their first caller (see the module doc)."""
+
+    def __init__(self):
+        self._functions = {}  # key -> (tf.function, where its outputs had TensorArrays)
+
+    def __len__(self):
+        return len(self._functions)
+
+    def keys(self):
+        return list(self._functions)
+
+    def __call__(self, key, body, args, name="Shared"):
+        """body(args) through the function of `key` (traced from `body` the first time the key is seen, its ops
+        named under `name`).
+
+        TensorArrays cross the call as their flow tensors, both ways (a TensorArray argument's trace type
+        would retrace the function on every call).
+        """
+        in_dtypes = _array_dtypes(args)
+        entry = self._functions.get(key)
+        if entry is None:
+            out_dtypes = {}
+
+            def flat(flat_args):
+                with tf.name_scope(name):
+                    out = body(_arrays(in_dtypes, flat_args))
+                out_dtypes["out"] = _array_dtypes(out)
+                return _flows(out)
+
+            flat.__name__ = name
+
+            function = tf.function(flat, autograph=False, experimental_attributes={"_noinline": True})
+            concrete = function.get_concrete_function(_flows(args))
+            captured = [t for t in concrete.captured_inputs if t.dtype == tf.resource]
+            if captured:
+                raise AssertionError(f"the loop {key[0]} captured {len(captured)} resource(s) of its first caller; "
+                                     "a shared loop must take every variable as an argument")
+            entry = self._functions[key] = (function, in_dtypes, out_dtypes)
+        function, traced_dtypes, out_dtypes = entry
+        if traced_dtypes != in_dtypes:
+            raise AssertionError(f"the loop {key[0]} was called with arguments unlike those it was traced with")
+        return _arrays(out_dtypes["out"], function(_flows(args)))
+
+
+def _array_dtypes(structure):
+    return tf.nest.map_structure(lambda v: v.dtype if isinstance(v, tf.TensorArray) else None, structure)
+
+
+def _flows(structure):
+    return tf.nest.map_structure(lambda v: v.flow if isinstance(v, tf.TensorArray) else v, structure)
+
+
+def _arrays(dtypes, structure):
+    """TensorArrays again where `dtypes` has a dtype (their flows in `structure`)."""
+    return tf.nest.map_structure(
+        lambda dtype, v: v if dtype is None else tf.TensorArray(dtype, flow=v, infer_shape=False), dtypes, structure)
+
+
+__all__ = ["SharedFunctions"]
