@@ -52,12 +52,13 @@ from absl import app, flags, logging
 import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.compiler import REWRITES
-from ngra_tf.runtime.schedule import SCHEDULES
+from ngra_tf.runtime.plan.tables import SCHEDULES
 from ngra_tf.graph import datasets
 from ngra_tf import parallel
 from ngra_tf.ops import copy_stats
 from ngra_tf.parallel.topology import SAMPLES
-from ngra_tf.runtime import budget, faults, resident
+from ngra_tf.runtime import faults, resident
+from ngra_tf.runtime.plan import budget
 from ngra_tf.store import StoreError, integrity, memory, open_store
 
 FLAGS = flags.FLAGS

@@ -61,12 +61,13 @@ from ngra_tf.compiler import parse_rewrites
 from ngra_tf.graph.graph import Graph
 from ngra_tf import parallel, tf_compat
 from ngra_tf.layers.saga import SAGALayer
-from ngra_tf.runtime import budget, faults, resident
+from ngra_tf.runtime import faults, resident
+from ngra_tf.runtime.plan import budget, compile_layer
 from ngra_tf.store import integrity, memory
-from ngra_tf.runtime.executor import SPILL_POLICIES, Executor
+from ngra_tf.runtime.executor import SPILL_POLICIES, TILE_BYTES, Executor
 from ngra_tf.runtime.residency import InMemory, Streamed
 from ngra_tf.runtime.stages import sequential_network, stages_of
-from ngra_tf.runtime.schedule import check_schedule
+from ngra_tf.runtime.plan.tables import check_schedule
 from ngra_tf.store.store import Store, VertexArray, open_store
 
 _GRAPH_ASSET = "graph.npz"
@@ -184,15 +185,29 @@ class GraphModel(keras.Model):
                                           compute_dtype=self.compute_dtype, ring=self.ring)
             else:
                 residency = Streamed(self.store, self._features, spill_dir=self.spill_dir, selective=self.selective)
-                executor = Executor(stages, residency, self.schedule, self.rewrites, spill=self.spill,
-                                    compute_dtype=self.compute_dtype, ring=self.ring, overlap=self.overlap)
-                plan = budget.Plan(executor, self, self.memory_budget)
+                plan = self._budget(stages, residency)
                 plan.check()  # a budget that is too small fails before any work
                 residency.host = "disk" if self.spill_dir is not None else plan.host
-                self._executor, self._memory_plan = executor, plan
+                self._executor = Executor(stages, residency, self.schedule, self.rewrites, spill=self.spill,
+                                          compute_dtype=self.compute_dtype, ring=self.ring, overlap=self.overlap)
+                self._memory_plan = plan
         return self._executor
 
-    def memory_plan(self) -> budget.Plan:
+    def _budget(self, stages, residency) -> budget.Budget:
+        """The working-set estimate of this store-backed model's training steps (ngra_tf.runtime.plan.budget),
+        from its layers compiled for training and the store's shape: nothing is traced to measure it."""
+        partition = residency.partition
+
+        def layer(index, spec):
+            return compile_layer(stages[index].graph_layer, spec, residency.graph, self.rewrites, True, partition,
+                                 self.schedule, self.ring)
+
+        weights = sum(int(np.prod(v.shape)) * tf.as_dtype(self.compute_dtype).size for v in self.trainable_weights)
+        return budget.Budget(stages, self.store, layer, residency.input_spec(self.compute_dtype), spill=self.spill,
+                             schedule=self.schedule, tile_bytes=TILE_BYTES, weights_bytes=weights, ring=self.ring,
+                             copies=residency.copies(None), budget=self.memory_budget)
+
+    def memory_plan(self) -> budget.Budget:
         """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.budget)."""
         if self.store is None:
             raise ValueError("memory_plan() describes a store-backed model's budget; this model holds its graph "
@@ -215,8 +230,7 @@ class GraphModel(keras.Model):
                  f"{p.balance()['after']:.2f}), schedule {self.schedule}"]
         if self.store is not None:
             lines += self.memory_plan().describe()
-        else:
-            lines += self.executor().describe()
+        lines += self.executor().describe()
         if self.ring is not None:
             lines.append(self.ring.describe(p.num_parts))
         lines += [stage.graph_layer.explain() for stage in self.stages() if stage.graph_layer is not None]

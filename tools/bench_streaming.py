@@ -39,7 +39,7 @@ The ratios: NG-stream and NG speedups over NG-base, and NG / in-memory at
 the same P (the goal: at most 1.3x).
 
 --schedules (NGra Fig. 14, from a store under --memory_budget): NG with each
-schedule of ngra_tf.runtime.schedule (ngra, stage, dest-order) on one store
+schedule of ngra_tf.runtime.plan.tables (ngra, stage, dest-order) on one store
 (--store, else the first --copies size): steady-state median and first
 epoch, and the bytes moved per steady epoch (medians): copy_h2d / copy_d2h
 bytes as the copy ops count them (ngra_tf.ops.copy_stats), and the process's
@@ -317,7 +317,7 @@ def open_or_usage(path):
 
 
 def run_cell(store, config, memory_inputs=None):
-    from ngra_tf.runtime.budget import MemoryBudgetError  # noqa: PLC0415
+    from ngra_tf.runtime.plan.budget import MemoryBudgetError  # noqa: PLC0415
 
     try:
         return time_config(store, config, memory_inputs)
@@ -439,7 +439,7 @@ def schedules_mode(copies, results):
 def table_order(table) -> str:
     """How a step table walks the chunks: 'column' (by destination interval j), 'row' (by source interval i),
     'either' (both, e.g. P = 1 or a diagonal graph) or 'other'."""
-    from ngra_tf.runtime import schedule as sched  # noqa: PLC0415
+    from ngra_tf.runtime.plan import tables as sched  # noqa: PLC0415
 
     steps = [(int(r[sched.I]), int(r[sched.J])) for r in table if r[sched.PASS] == sched.MESSAGES]
     by_column = steps == sorted(steps, key=lambda s: (s[1], s[0]))
@@ -448,7 +448,7 @@ def table_order(table) -> str:
 
 
 def neugraph_mode(copies, results):
-    from ngra_tf.runtime import schedule as sched  # noqa: PLC0415
+    from ngra_tf.runtime.plan import tables as sched  # noqa: PLC0415
 
     store = one_store(copies)
     partition = store.partition()
@@ -511,7 +511,7 @@ def main(argv):
         folder = os.path.dirname(os.path.abspath(FLAGS.json))
         if not os.path.isdir(folder):
             raise app.UsageError(f"--json: no directory {folder}")
-    from ngra_tf.runtime.schedule import SCHEDULES  # noqa: PLC0415  (loads TensorFlow: after the flags)
+    from ngra_tf.runtime.plan.tables import SCHEDULES  # noqa: PLC0415  (loads TensorFlow: after the flags)
     from ngra_tf.store import memory  # noqa: PLC0415
 
     bad = [s for s in FLAGS.schedule_list if s not in SCHEDULES]

@@ -35,7 +35,7 @@ from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.copy import copy_d2d, copy_h2d
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, rounds
-from ngra_tf.runtime.loops import Arrays, ChunkLoops, set_seeds
+from ngra_tf.runtime.loops import Arrays, set_seeds
 from ngra_tf.runtime.residency import on_lane
 from ngra_tf.runtime.ring_loops import RingLoops
 from ngra_tf.runtime.spill import file_name
@@ -69,7 +69,7 @@ class BlockedStage:
             self.k = self.kernels.bind(args["layer"])
             self.l = self.loops.bind(self.k)
             if self.lanes.ring is not None:
-                self.ring = RingLoops(self.l, self.lanes.ring, self.executor.partition)
+                self.ring = RingLoops(self.l)
         self.inputs = [self._input(k, state) for k, state in enumerate(args["inputs"])]
 
     def _input(self, k, state):
@@ -86,7 +86,7 @@ class BlockedStage:
             path = tf.strings.join([self._prefix, file])
             self.layouts[self._kind][file] = int(np.sum(self.sizes)) * _row_bytes(row_shape, dtype)
         return Blocks(name or role, home, self.sizes, row_shape, dtype, device=device, host=self.lanes.host,
-                      path=path if home == "disk" else None, copies=self.residency.copies(device))
+                      path=path if home == "disk" else None, copies=self.executor.copies)
 
     def result_blocks(self, kind, prefix) -> dict:
         """The arrays a call of `kind` leaves for the executor: the forward's output ("out"), the backward's d of
@@ -94,7 +94,7 @@ class BlockedStage:
         def blocks(role, home, row_shape, dtype):
             path = prefix + file_name(role) + ".bin" if home == "disk" else None
             return Blocks(role, home, self.sizes, row_shape, dtype, host=self.lanes.host, path=path,
-                          copies=self.residency.copies(None))
+                          copies=self.executor.copies)
 
         if kind == "forward":
             out = self.spec if self.kernels is None else self.kernels.program.vertex.output
@@ -316,7 +316,7 @@ class BlockedStage:
         chosen = tf.constant([c in residency.selected_chunks() for c in range(P * P)])
         reader, k = residency.reader, self.k
         blocks, states = hoisted
-        copies = residency.copies(None)
+        copies = self.executor.copies
 
         def select(c, i):
             host = reader.chunk(c)
@@ -387,8 +387,7 @@ class BlockedStage:
         return Arrays(blocks, states)
 
     def _lane_loops(self, columns):
-        return ChunkLoops(self.k, self.executor.partition, self.executor.schedule, self.l.seeds, columns,
-                          parallel=self.executor.parallel)
+        return self.l.for_columns(columns)
 
     def _vertex_pass(self, hoisted, finals, out, out_state, columns, kept=None, bases=None):
         """ApplyVertex on each lane's `columns` from A in finals[d] (zeros where no chunk reaches the column),

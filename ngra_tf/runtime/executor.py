@@ -32,10 +32,9 @@ import numpy as np
 import tensorflow as tf
 
 from ngra_tf import tf_compat
-from ngra_tf.compiler.kernels import LayerKernels, tf_variable
-from ngra_tf.compiler.signature import program_signature
+from ngra_tf.compiler.kernels import tf_variable
 from ngra_tf.ops.copy import copy_h2d
-from ngra_tf.runtime import schedule as sched
+from ngra_tf.runtime.plan import compile_layer, tables as sched
 from ngra_tf.runtime.blocked import BlockedStage, BlockRows, Rows, gradients
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, lanes_for, rounds
@@ -71,6 +70,8 @@ class Executor:
         self.compute_dtype = tf.as_dtype(compute_dtype)
         self.sizes = np.diff(np.asarray(self.partition.bounds, np.int64))
         self.whole = not residency.streamed and ring is None  # in memory on one device: graph layers on all rows
+        # Whether moving a block between the host and a lane copies it: not on one lane that is the host.
+        self.copies = ring is not None or residency.copies(None)
         self._compiled = {}  # (stage index, training, input spec) -> (LayerKernels, ChunkLoops)
         self._programs = {}  # (signature key) -> the first WholeStage / BlockedStage of it
         self.shared = SharedFunctions()
@@ -121,13 +122,9 @@ class Executor:
         """The kernels and chunk loops of stage `index`'s graph layer for rows like `spec` (shape, dtype)."""
         key = (index, bool(training), tuple(spec.shape[1:]), tf.as_dtype(spec.dtype))
         if key not in self._compiled:
-            layer = self.stages[index].graph_layer
-            program = layer.compiled(spec, self.residency.graph, self.rewrites, training)
-            kernels = LayerKernels(program, layer.variables)
-            kernels.check_chunkable(self.partition.num_parts)
-            kernels.signature = program_signature(program, layer.variables)
-            loops = ChunkLoops(kernels, self.partition, self.schedule, kernels.seeds(kernels.edge_variables()),
-                               parallel=self.parallel)
+            kernels, plan = compile_layer(self.stages[index].graph_layer, spec, self.residency.graph, self.rewrites,
+                                          training, self.partition, self.schedule, self.lanes.ring)
+            loops = ChunkLoops(kernels, plan, kernels.seeds(kernels.edge_variables()), parallel=self.parallel)
             self._compiled[key] = (kernels, loops)
         return self._compiled[key]
 
@@ -139,6 +136,10 @@ class Executor:
                 lines.append(f"  {self.stages[index].name}: {loops.forward_steps.shape[0]} forward chunk steps and "
                              f"{loops.backward_steps.shape[0]} backward ({self.schedule} order), each pass one "
                              "compiled loop")
+        if self.streamed and self.residency.selective:
+            lines.append(f"  selective scheduling ({self.residency.selective:g}): "
+                         f"{len(self.residency.selected_chunks())} chunks copy only the source rows they use, "
+                         f"{self.selective_rows_saved} rows left on the host per layer and pass")
         if len(self.shared):
             signatures = len({key[1] for key in self.shared.keys()})
             lines.append(f"  compiled: {len(self.shared)} traced functions for {signatures} stage signatures "
@@ -344,11 +345,9 @@ class Executor:
         read is not reported as the cancellation of that input's read)."""
         reader, name = self.residency.reader, self.residency.features
         row_shape, dtype = self.residency.input_spec(self.compute_dtype)
-        copies = self.residency.copies(None)
-
         def rows(part, start, stop):
             value = reader.rows(name, part, start, stop)
-            value = copy_h2d(value) if copies else value
+            value = copy_h2d(value) if self.copies else value
             return tf.cast(value, dtype) if value.dtype != dtype else value
 
         return Rows(rows, row_shape, dtype, state=after)
@@ -358,7 +357,7 @@ class Executor:
         home = self.residency.host_home if self.streamed else "host"
         blocks = Blocks(name, home, self.sizes, rows.shape[1:].as_list(), rows.dtype, host=self.lanes.host,
                         path=self.residency.spill.file(name, int(np.sum(self.sizes)) * _row_bytes(rows))
-                        if home == "disk" else None, copies=self.residency.copies(None))
+                        if home == "disk" else None, copies=self.copies)
         with tf.device(self.lanes.host):
             return BlockRows(blocks, blocks.from_rows(rows))
 

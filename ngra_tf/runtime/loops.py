@@ -32,7 +32,7 @@ import dataclasses
 import numpy as np
 import tensorflow as tf
 
-from ngra_tf.runtime import schedule as sched
+from ngra_tf.runtime.plan import tables as sched
 from ngra_tf.runtime.blocks import Blocks
 
 # Loops run chunk steps this many at a time (TensorFlow's parallel_iterations): a step's reads may run while the
@@ -64,29 +64,17 @@ class Arrays:
 
 
 class ChunkLoops:
-    """The forward and backward chunk loops of one layer (LayerKernels) over one partition's shape.
+    """The forward and backward chunk loops of one layer (LayerKernels) over its plan (plan.LayerPlan: the
+    step tables, in-degrees and column arrays)."""
 
-    `partition` answers num_parts, bounds, edge_counts and in_degree(i, j)
-    (a Partition, or a store's view). `columns` restricts the steps to those
-    destination intervals (a device's, over several).
-    """
-
-    def __init__(self, kernels, partition, schedule: str, seeds=(), columns=None, parallel: int = PARALLEL_STEPS):
-        self.kernels = kernels
+    def __init__(self, kernels, plan, seeds=(), parallel: int = PARALLEL_STEPS):
+        self.kernels, self.plan = kernels, plan
         self.parallel = int(parallel)  # steps in flight: the next step's reads start while this one computes
-        self.schedule = schedule
-        self.num_parts = partition.num_parts
-        self.bounds = np.asarray(partition.bounds, np.int64)
-        self.sizes = np.diff(self.bounds)
-        chained_by_max = any(r in ("max", "min") for r in kernels.chain_reduces)
-        self.forward_steps = sched.forward_table(partition, schedule, len(kernels.markers), chained_by_max, columns)
-        self.backward_steps = sched.backward_table(partition, len(kernels.markers), columns)
-        degree = np.zeros(int(self.bounds[-1]), np.int64)
-        for i in range(self.num_parts):
-            for j in range(self.num_parts):
-                if partition.edge_counts[i, j]:
-                    degree[self.bounds[j]:self.bounds[j + 1]] += partition.in_degree(i, j)
-        self.degree = degree  # in interval order: mean divides by it, max / min start where it is > 0
+        self.schedule = plan.schedule
+        self.num_parts = plan.num_parts
+        self.bounds, self.sizes = plan.bounds, plan.sizes
+        self.forward_steps, self.backward_steps = plan.forward_steps, plan.backward_steps
+        self.degree = plan.degree  # in interval order: mean divides by it, max / min start where it is > 0
         self.seeds = list(seeds)  # seed-generator state variables the edge stage reads
 
     def bind(self, kernels) -> "ChunkLoops":
@@ -96,43 +84,20 @@ class ChunkLoops:
         bound.seeds = kernels.seeds(kernels.edge_variables())
         return bound
 
-    def memory_forward(self, arrays):
-        """forward() over the in-memory partition's packed chunks, its arrays by name (for a shared loop)."""
-        return self.forward(arrays["rows"], self.chunks, arrays["columns"])
-
-    def memory_backward(self, arrays, seeds):
-        return self.backward(arrays["rows"], self.chunks, arrays["columns"], arrays["grads"], arrays["d_rows"], seeds)
+    def for_columns(self, columns) -> "ChunkLoops":
+        """These loops over `columns` only (a lane's)."""
+        return ChunkLoops(self.kernels, self.plan.for_columns(self.kernels, columns), self.seeds, self.parallel)
 
     # ---- what the loops keep ----
 
-    @property
-    def width(self):
-        return int(np.prod(self.kernels.feature_shape, dtype=np.int64))
-
     def score_shape(self, m):
-        marker = self.kernels.program.edge.graph.get_operation_by_name(self.kernels.markers[m])
-        return marker.inputs[0].shape[1:].as_list()
+        return list(self.plan.column_specs[f"peak{m}"][0])
 
-    def column_arrays(self, home, device=None, host="/CPU:0", file=None):
-        """Blocks for what the forward leaves per column: A per reducer ("acc{r}"), max / min winners
-        ("won{r}", "edge{r}"), softmax statistics ("peak{m}", "total{m}"). `file(name)` names a disk
-        array's file."""
-        k = self.kernels
-
-        def blocks(name, row_shape, dtype):
-            path = file(name) if home == "disk" else None
-            return Blocks(name, home, self.sizes, row_shape, dtype, device, host, path)
-
-        found = {}
-        for r, reduce in enumerate(k.chain_reduces):
-            found[f"acc{r}"] = blocks(f"acc{r}", k.feature_shape, k.dtype)
-            if reduce in ("max", "min"):
-                found[f"won{r}"] = blocks(f"won{r}", [self.width], tf.int32)
-                found[f"edge{r}"] = blocks(f"edge{r}", [self.width], tf.int64)
-        for m in range(len(k.markers)):
-            found[f"peak{m}"] = blocks(f"peak{m}", self.score_shape(m), k.dtype)
-            found[f"total{m}"] = blocks(f"total{m}", self.score_shape(m), k.dtype)
-        return found
+    def column_arrays(self, home, device=None, host="/CPU:0") -> dict:
+        """Blocks for what the forward leaves per column (plan.column_specs): A per reducer ("acc{r}"), max /
+        min winners ("won{r}", "edge{r}"), softmax statistics ("peak{m}", "total{m}")."""
+        return {name: Blocks(name, home, self.sizes, row_shape, dtype, device, host)
+                for name, (row_shape, dtype) in self.plan.column_specs.items()}
 
     def _start(self, reduce, rows, shape, dtype):
         """A max / min chain's start on a column: -inf (+inf for min) where it has in-edges, else 0."""
@@ -157,8 +122,9 @@ class ChunkLoops:
 
         def body(s, column_states, seeds):
             step = table[s]
-            pass_, i, j, c, fresh, start = (step[f] for f in range(sched.NUM_FIELDS))
-            last = self._is_last(s, table)
+            pass_, i, j, c, fresh, start = (step[f] for f in (sched.PASS, sched.I, sched.J, sched.K, sched.FRESH,
+                                                               sched.START))
+            last = step[sched.LAST] > 0
             if select is None:
                 chunk, src = chunks.chunk(c), rows.rows(k.source_keys, i)
             else:
@@ -239,12 +205,6 @@ class ChunkLoops:
                                       lambda r=r: cols.get(f"edge{r}", j))
                 cols.put(f"won{r}", j, tf.where(won, tf.fill(tf.shape(argedge), i), before_won))
                 cols.put(f"edge{r}", j, tf.where(won, tf.cast(argedge, tf.int64), before_edge))
-
-    def _is_last(self, s, table):
-        """Whether step s is its column's last (the next step is another column's, or there is none)."""
-        n = len(self.forward_steps)
-        following = tf.minimum(s + 1, n - 1)
-        return tf.logical_or(tf.equal(s + 1, n), tf.not_equal(table[following][sched.J], table[s][sched.J]))
 
     # ---- random state ----
 

@@ -21,83 +21,20 @@ destination rows and d A stay with the owner.
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from ngra_tf.ops.copy import copy_d2d
-from ngra_tf.runtime import schedule as sched
+from ngra_tf.runtime.plan import tables as sched
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.loops import Arrays, backward_aux
-
-NONE, LOAD, FORWARD = 0, 1, 2
-# Columns of a lane's chunk table.
-ROW, COLUMN, CHUNK, FRESH, START, LAST = range(6)
-
-
-class RingPlan:
-    """Which lane does what, row by row: from a DeviceRing and a partition's chunk counts.
-
-    pattern[i]    the lane order that row i's routes follow
-    arrive[i, d]  how lane d gets row i's source rows: NONE, LOAD (first on its route) or FORWARD
-    chunks[d]     lane d's chunk steps, by row then column: (i, j, k, fresh, start, last)
-    """
-
-    def __init__(self, ring, partition, starts: list):
-        counts = partition.edge_counts
-        P = counts.shape[0]
-        self.lanes = list(ring.order)
-        K = len(self.lanes)
-        index = {lane: d for d, lane in enumerate(self.lanes)}
-        self.owner = [index[ring.owner(j)] for j in range(P)]
-        self.pred = [None] * K  # the lane each lane copies from (fixed by the placement)
-        orders, self.pattern = [], []
-        self.arrive = np.zeros((P, K), np.int32)
-        self.loaders = []  # per row: the lanes that load it
-        for i in range(P):
-            needed = {self.owner[j] for j in range(P) if counts[i, j]}
-            order, loaders = [], []
-            for route in ring.routes(i):
-                lanes = [index[lane] for lane in route]
-                order += lanes
-                used = [k for k, d in enumerate(lanes) if d in needed]
-                for k, d in enumerate(lanes[:used[-1] + 1] if used else []):
-                    self.arrive[i, d] = LOAD if k == 0 else FORWARD
-                    if k == 0:
-                        loaders.append(d)
-                    else:
-                        self.pred[d] = lanes[k - 1]
-            if order not in orders:
-                orders.append(order)
-            self.pattern.append(orders.index(order))
-            self.loaders.append(loaders)
-        self.orders = orders
-        self.chunks, self.offsets = [], []
-        for d in range(K):
-            mine = [j for j in range(P) if self.owner[j] == d]
-            rows, offsets = [], [0]
-            sources = {j: sched.column_sources(counts, j) for j in mine}
-            for i in range(P):
-                for j in mine:
-                    if counts[i, j]:
-                        first, last = sources[j][0], sources[j][-1]
-                        rows.append((i, j, i * P + j, int(i == first), int(i == first and starts[j]), int(i == last)))
-                offsets.append(len(rows))
-            self.chunks.append(np.array(rows, np.int64).reshape(-1, 6))
-            self.offsets.append(np.array(offsets, np.int64))
-
-    def columns(self, d):
-        return [j for j, owner in enumerate(self.owner) if owner == d]
-
 
 class RingLoops:
     """The forward and backward chunk loops of one layer (not column-wide) over a ring's lanes."""
 
-    def __init__(self, loops, ring, partition):
+    def __init__(self, loops):
         self.loops, self.kernels = loops, loops.kernels
-        chained_by_max = any(r in ("max", "min") for r in self.kernels.chain_reduces)
-        starts = [sched.needs_start(partition, j) if chained_by_max else False for j in range(partition.num_parts)]
-        self.plan = RingPlan(ring, partition, starts)
-        self.num_parts = partition.num_parts
+        self.plan = loops.plan.lanes  # (plan.tables.LaneTables)
+        self.num_parts = loops.num_parts
 
     def _arrivals(self, i, load, key_specs, sent=None):
         """Row i's source rows on every lane ({key: rows} per lane; empty where it does not arrive)."""
@@ -105,9 +42,9 @@ class RingLoops:
 
         def branch(order):
             def run():
-                rows = [None] * len(plan.lanes)
+                rows = [None] * len(plan.devices)
                 for position, d in enumerate(order):
-                    lane = plan.lanes[d]
+                    lane = plan.devices[d]
                     # (in this order a lane forwards only from the lane before it on its route)
                     pred = plan.pred[d] if plan.pred[d] in order[:position] else None
                     empty = {key: tf.zeros([0] + list(shape), dtype) for key, (shape, dtype) in key_specs.items()}
@@ -137,7 +74,7 @@ class RingLoops:
         Returns the lanes' column states."""
         k, loops, plan = self.kernels, self.loops, self.plan
         source_specs = {key: key_specs[key] for key in k.source_keys}
-        tables = [tf.constant(c, tf.int32) for c in plan.chunks]
+        tables = [tf.constant(c, tf.int32) for c in plan.steps]
         offsets = [tf.constant(o, tf.int32) for o in plan.offsets]
         reached = tf.constant(loops.degree > 0)
         bounds = tf.constant(loops.bounds)
@@ -146,7 +83,7 @@ class RingLoops:
         def row(i, states, seeds):
             arrived = self._arrivals(i, load, source_specs)
             new = []
-            for d, lane in enumerate(plan.lanes):
+            for d, lane in enumerate(plan.devices):
                 with tf.device(lane):
                     new_states, seeds = self._lane_forward(d, i, arrived[d], tables[d], offsets[d], columns[d],
                                                            states[d], chunks[d], dst_rows, finish, reached, bounds,
@@ -167,7 +104,7 @@ class RingLoops:
 
         def step(s, states, seeds):
             fields = table[s]
-            j, c, fresh, start, last = (fields[f] for f in (COLUMN, CHUNK, FRESH, START, LAST))
+            j, c, fresh, start, last = (fields[f] for f in (sched.J, sched.K, sched.FRESH, sched.START, sched.LAST))
             loops.seed_chunk(seeds, c)
             cols = columns.with_states(states)
             dst = cols.rows([f"dst:{key}" for key in k.dest_keys], j) if k.dest_keys else {}
@@ -189,7 +126,7 @@ class RingLoops:
 
         def step(s, states):
             fields = table[s]
-            j, fresh = fields[COLUMN], fields[FRESH]
+            j, fresh = fields[sched.J], fields[sched.FRESH]
             cols = columns.with_states(states)
             before = dict(cols.states)
 
@@ -211,16 +148,16 @@ class RingLoops:
         winners. Returns (d_rows states, d weights)."""
         k, loops, plan = self.kernels, self.loops, self.plan
         source_specs = {key: key_specs[key] for key in k.source_keys}
-        tables = [tf.constant(c, tf.int32) for c in plan.chunks]
+        tables = [tf.constant(c, tf.int32) for c in plan.steps]
         offsets = [tf.constant(o, tf.int32) for o in plan.offsets]
         weights = [tf.zeros(w.shape, w.dtype) for w in k.weights]
-        dst_grads = [self._dst_grad_arrays(d, key_specs) for d in range(len(plan.lanes))]
+        dst_grads = [self._dst_grad_arrays(d, key_specs) for d in range(len(plan.devices))]
 
         def row(i, d_row_states, dst_states, weights):
             arrived = self._arrivals(i, load, source_specs)
             out = d_rows.with_states(d_row_states)
             partials, new_dst = [], []
-            for d, lane in enumerate(plan.lanes):
+            for d, lane in enumerate(plan.devices):
                 with tf.device(lane):
                     partial, lane_dst, weights = self._lane_backward(d, i, arrived[d], tables[d], offsets[d],
                                                                      columns[d], grads[d], chunks[d], dst_rows,
@@ -240,7 +177,7 @@ class RingLoops:
             lambda i, *_: i < self.num_parts, row, (tf.constant(0), d_rows.states, dst_states, weights),
             parallel_iterations=self.loops.parallel, name="BackwardChunkRows")
         out = d_rows.with_states(d_row_states)
-        for d in range(len(plan.lanes)):  # d destination rows, each column's from its owner
+        for d in range(len(plan.devices)):  # d destination rows, each column's from its owner
             lane_dst = dst_grads[d].with_states(dst_states[d])
             for j in plan.columns(d):
                 for key in k.dest_keys:
@@ -249,7 +186,7 @@ class RingLoops:
         return out.states, weights
 
     def _dst_grad_arrays(self, d, key_specs):
-        lane = self.plan.lanes[d]
+        lane = self.plan.devices[d]
         blocks = {key: Blocks(f"d_dst:{key}", "device", self.loops.sizes, key_specs[key][0], key_specs[key][1],
                               device=lane) for key in self.kernels.dest_keys}
         with tf.device(lane):
@@ -262,7 +199,7 @@ class RingLoops:
 
         def step(s, d_src, dst_state, weights):
             fields = table[s]
-            j, c = fields[COLUMN], fields[CHUNK]
+            j, c = fields[sched.J], fields[sched.K]
             loops.seed_chunk(seeds, c)
             dst = dst_rows(d, j) if k.dest_keys else {}
             d_a = [grads.get(f"acc{r}", j) for r in range(len(k.reduces))]
@@ -284,4 +221,4 @@ def bounds_slice(values, bounds, part):
     return values[bounds[part]:bounds[part + 1]]
 
 
-__all__ = ["RingLoops", "RingPlan"]
+__all__ = ["RingLoops"]

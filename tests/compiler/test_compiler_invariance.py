@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import compiler_checks as cc
-from ngra_tf.runtime.schedule import SCHEDULES
+from ngra_tf.runtime.plan.tables import SCHEDULES
 
 PARTS = (1, 2, 3, 5, 8)
 

@@ -8,7 +8,7 @@ import tensorflow as tf
 import compiler_checks as cc
 from traced import traced_ops
 import ngra_tf
-from ngra_tf.runtime.schedule import forward_table
+from ngra_tf.runtime.plan.tables import forward_table
 
 
 def compiled(model, rewrites=True):
@@ -254,17 +254,18 @@ def test_dropout_in_the_edge_stage_draws_new_masks_each_step():
 
 
 def test_schedule_orders():
-    """The chunk steps (i, j) in each schedule's order, and which start their column's accumulator."""
+    """The chunk steps (i, j) in each schedule's order, which start their column's accumulator and which end
+    it."""
     partition = cc.graph_for("gcn").partition(2)
     assert partition.edge_counts.all()
 
     def order(schedule):
         table = forward_table(partition, schedule, num_markers=0, chained_by_max=False)
-        return [(int(i), int(j), int(fresh)) for _, i, j, _, fresh, _ in table]
+        return [(int(i), int(j), int(fresh), int(last)) for _, i, j, _, fresh, _, last in table]
 
-    by_column = [(0, 0, 1), (1, 0, 0), (0, 1, 1), (1, 1, 0)]
+    by_column = [(0, 0, 1, 0), (1, 0, 0, 1), (0, 1, 1, 0), (1, 1, 0, 1)]
     assert order("ngra") == by_column and order("stage") == by_column
-    assert order("dest-order") == [(0, 0, 1), (0, 1, 1), (1, 0, 0), (1, 1, 0)]
+    assert order("dest-order") == [(0, 0, 1, 0), (0, 1, 1, 0), (1, 0, 0, 1), (1, 1, 0, 1)]
 
 
 @pytest.mark.parametrize("kwargs, message", [

@@ -9,7 +9,7 @@ import pytest
 from ngra_tf.ops import copy_stats
 from ngra_tf.parallel import Topology, same_device, traffic
 from ngra_tf.store import write_store
-from ngra_tf.runtime.budget import MemoryBudgetError
+from ngra_tf.runtime.plan.budget import MemoryBudgetError
 
 from test_stream import CLASSES, NUM_VERTICES, _assert_same_training, _fit_both, _model, _pair, _problem
 

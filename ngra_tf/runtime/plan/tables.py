@@ -1,7 +1,10 @@
-"""The scheduler: which chunk steps a layer runs, in which order (NGra §3.1 and §6.2, NeuGraph §3).
+"""The step tables: which chunk steps a layer runs, in which order, on which lane (NGra §3.1, §4.2 and §6.2,
+NeuGraph §3). NumPy only.
 
 A layer's chunk steps are rows of an integer table that a compiled loop
-walks; each row names a pass, a chunk C[i][j] and flags:
+walks; each row names a pass, a chunk C[i][j] and flags (FRESH: the first
+chunk of its column in this pass; START: start a max / min chain from -inf /
++inf; LAST: the column's last chunk in this pass):
 
   forward    for each column j: every C[i][j] into the accumulators A[j] (sources in order), and for
              column-wide layers (edge.softmax) first a pass per softmax statistic over the same chunks
@@ -17,6 +20,10 @@ A *schedule* orders the forward (NGra §6.2):
 
 Every schedule reduces a column's chunks in the same order (i = 0, 1, ...),
 so they give bitwise the same result. P = 1 is one chunk step.
+
+Over several devices (`LaneTables`: NGra's ring, NeuGraph's chain) the same
+rows are dealt to lanes: device owner(j) runs every step of column j, row
+by row, and interval i's rows travel the placement's routes.
 """
 
 from __future__ import annotations
@@ -26,8 +33,8 @@ import numpy as np
 SCHEDULES = ("ngra", "stage", "dest-order")
 
 # Columns of a step table.
-PASS, I, J, K, FRESH, START = range(6)
-NUM_FIELDS = 6
+PASS, I, J, K, FRESH, START, LAST = range(7)
+NUM_FIELDS = 7
 MESSAGES = 0  # the pass that reduces messages into A[j]; softmax m's peak is pass 1 + 2m, its total 2 + 2m
 
 
@@ -78,7 +85,8 @@ def forward_table(partition, schedule: str, num_markers: int, chained_by_max: bo
 
     def add(pass_, i, j, start_ok):
         fresh = i == sources[j][0]
-        rows.append((pass_, i, j, i * P + j, int(fresh), int(fresh and start_ok and starts[j])))
+        rows.append((pass_, i, j, i * P + j, int(fresh), int(fresh and start_ok and starts[j]),
+                     int(i == sources[j][-1])))
 
     if num_markers:  # column-wide: column by column, the softmax statistics first
         for j in range(P):
@@ -111,10 +119,83 @@ def backward_table(partition, num_markers: int, columns=None) -> np.ndarray:
         for j in range(P):
             sources = column_sources(counts, j)
             for pass_ in [MESSAGES] + [1 + m for m in reversed(range(num_markers))]:
-                rows += [(pass_, i, j, i * P + j, 0, 0) for i in sources]
+                rows += [(pass_, i, j, i * P + j, 0, 0, int(i == sources[-1])) for i in sources]
     else:
-        rows = [(MESSAGES, i, j, i * P + j, 0, 0) for i in range(P) for j in range(P) if counts[i, j]]
+        rows = [(MESSAGES, i, j, i * P + j, 0, 0, int(i == column_sources(counts, j)[-1]))
+                for i in range(P) for j in range(P) if counts[i, j]]
     return np.array(rows, np.int64).reshape(-1, NUM_FIELDS)
+
+
+def in_degree(partition) -> np.ndarray:
+    """Every vertex's in-degree, in interval order (mean divides by it; max / min start where it is > 0)."""
+    bounds = np.asarray(partition.bounds, np.int64)
+    degree = np.zeros(int(bounds[-1]), np.int64)
+    for i in range(partition.num_parts):
+        for j in range(partition.num_parts):
+            if partition.edge_counts[i, j]:
+                degree[bounds[j]:bounds[j + 1]] += partition.in_degree(i, j)
+    return degree
+
+
+NONE, LOAD, FORWARD = 0, 1, 2  # how a lane gets a row's source rows (LaneTables.arrive)
+
+
+class LaneTables:
+    """The steps of a layer over several lanes, row by row (NGra §4.2): from a DeviceRing (its devices as lanes
+    in ring order, `ring.owner`, `ring.routes`) and a partition's chunk counts.
+
+    pattern[i]    the lane order that row i's routes follow
+    arrive[i, d]  how lane d gets row i's source rows: NONE, LOAD (first on its route) or FORWARD
+    loaders[i]    the lanes that load row i
+    devices       the lanes' TF device names, in ring order
+    pred[d]       the lane lane d copies from (fixed by the placement)
+    steps[d]      lane d's chunk steps, by row then column, as step-table rows (MESSAGES pass)
+    offsets[d]    where each row's steps start in steps[d] ([P + 1])
+    """
+
+    def __init__(self, ring, partition, starts: list):
+        counts = partition.edge_counts
+        P = counts.shape[0]
+        lanes = self.devices = list(ring.order)
+        index = {lane: d for d, lane in enumerate(lanes)}
+        self.owner = [index[ring.owner(j)] for j in range(P)]
+        self.pred = [None] * len(lanes)
+        self.orders, self.pattern, self.loaders = [], [], []
+        self.arrive = np.zeros((P, len(lanes)), np.int32)
+        for i in range(P):
+            needed = {self.owner[j] for j in range(P) if counts[i, j]}
+            order, loaders = [], []
+            for route in ring.routes(i):
+                route = [index[lane] for lane in route]
+                order += route
+                used = [k for k, d in enumerate(route) if d in needed]
+                for k, d in enumerate(route[:used[-1] + 1] if used else []):
+                    self.arrive[i, d] = LOAD if k == 0 else FORWARD
+                    if k == 0:
+                        loaders.append(d)
+                    else:
+                        self.pred[d] = route[k - 1]
+            if order not in self.orders:
+                self.orders.append(order)
+            self.pattern.append(self.orders.index(order))
+            self.loaders.append(loaders)
+        self.steps, self.offsets = [], []
+        for d in range(len(lanes)):
+            mine = [j for j in range(P) if self.owner[j] == d]
+            sources = {j: column_sources(counts, j) for j in mine}
+            rows, offsets = [], [0]
+            for i in range(P):
+                for j in mine:
+                    if counts[i, j]:
+                        first = i == sources[j][0]
+                        rows.append((MESSAGES, i, j, i * P + j, int(first), int(first and starts[j]),
+                                     int(i == sources[j][-1])))
+                offsets.append(len(rows))
+            self.steps.append(np.array(rows, np.int64).reshape(-1, NUM_FIELDS))
+            self.offsets.append(np.array(offsets, np.int64))
+
+    def columns(self, d):
+        return [j for j, owner in enumerate(self.owner) if owner == d]
 
 
 def _only(counts, columns):
@@ -126,4 +207,5 @@ def _only(counts, columns):
     return kept
 
 
-__all__ = ["SCHEDULES", "backward_table", "check_schedule", "column_sources", "forward_table", "needs_start"]
+__all__ = ["LaneTables", "SCHEDULES", "backward_table", "check_schedule", "column_sources", "forward_table",
+           "in_degree", "needs_start"]
