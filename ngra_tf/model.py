@@ -188,6 +188,7 @@ class GraphModel(keras.Model):
                 plan = self._budget(stages, residency)
                 plan.check()  # a budget that is too small fails before any work
                 residency.host = "disk" if self.spill_dir is not None else plan.host
+                residency.cache_plan, residency.cache_offsets = plan.cache, plan.cache_offsets
                 self._executor = Executor(stages, residency, self.schedule, self.rewrites, spill=self.spill,
                                           compute_dtype=self.compute_dtype, ring=self.ring, overlap=self.overlap)
                 self._memory_plan = plan
@@ -205,7 +206,7 @@ class GraphModel(keras.Model):
         weights = sum(int(np.prod(v.shape)) * tf.as_dtype(self.compute_dtype).size for v in self.trainable_weights)
         return budget.Budget(stages, self.store, layer, residency.input_spec(self.compute_dtype), spill=self.spill,
                              schedule=self.schedule, tile_bytes=TILE_BYTES, weights_bytes=weights, ring=self.ring,
-                             copies=residency.copies(None), budget=self.memory_budget)
+                             copies=residency.copies(None), cache=not self.selective, budget=self.memory_budget)
 
     def memory_plan(self) -> budget.Budget:
         """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.budget)."""

@@ -15,6 +15,7 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
+    "tests/runtime/test_stream.py::test_the_chunk_cache_reads_the_least_the_schedule_needs": {"gcn-spill"},
     # two functional models, in memory and from a store (the full 4 x 11 matrix, devices included, in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
         "resgcn-memory-P3-ngra", "sage-store-P4-recompute-disk"},

@@ -41,7 +41,7 @@ _RAW_DTYPES = {tf.bool: tf.uint8, tf.uint32: tf.int32, tf.uint64: tf.int64}
 
 
 def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1, after=None, expected_inode=-1,
-              expected_ctime_ns=-1):
+              expected_ctime_ns=-1, cache=-1, key=0, keep=False):
     """Reads a tensor of `shape` and `dtype` from the file at `path`, `offset` bytes in.
 
     For a range of an .npy file's data, `offset` is the header's length plus
@@ -63,6 +63,11 @@ def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1
     in one graph, but not on a tensor captured into a loop body, whose
     control dependencies TensorFlow moves to the loop as a whole.)
 
+    With a `cache` (ngra_tf.ops.cache.new_cache), the range is first looked
+    up there under `key`; found, it is returned without reading (the cached
+    tensor itself, checked against its file when it was read); read, it is
+    cached under `key` when `keep`.
+
     Every argument may be a tensor (inside a tf.function or a loop they are);
     Python values are checked here, with a ValueError naming the argument.
     Errors found when the op runs (missing file, wrong size or mtime, range
@@ -79,11 +84,12 @@ def read_file(path, offset, shape, dtype, expected_size=-1, expected_mtime_ns=-1
     expected_ctime_ns = _int64(expected_ctime_ns, "expected_ctime_ns", minimum=-1)
     after = tf.constant(0, tf.int64) if after is None else tf.cast(after, tf.int64)
     lib = library()
-    if lib is None:
+    if lib is None:  # (no cache without the library: every range is read)
         return _reference_read(path, offset, shape, dtype, expected_size, expected_mtime_ns, expected_inode,
                                expected_ctime_ns, after)
     return lib.ngra_read_file(path, offset, shape, expected_size, expected_mtime_ns, expected_inode, expected_ctime_ns,
-                              after, dtype=dtype)
+                              after, tf.cast(cache, tf.int64), tf.cast(key, tf.int64), tf.cast(keep, tf.bool),
+                              dtype=dtype)
 
 
 def write_file(path, offset, value, after=None):

@@ -71,6 +71,7 @@ class BlockedStage:
             if self.lanes.ring is not None:
                 self.ring = RingLoops(self.l)
         self.inputs = [self._input(k, state) for k, state in enumerate(args["inputs"])]
+        self._offsets = args.get("cache", {})  # where this call's chunk loops start in a training step's accesses
 
     def _input(self, k, state):
         row_shape, dtype, home = self.input_specs[k]
@@ -116,7 +117,7 @@ class BlockedStage:
             return {"out": states["out"], "seeds": seeds}
         keep = self.training and self.executor.spill == "spill"
         hoisted, tile_seeds = self._hoist(inps, "")
-        out, kept, seeds = self._columns(hoisted, keep, "")
+        out, kept, seeds = self._columns(hoisted, keep, "", offset=self._offsets["forward"])
         record = {"out": out, "seeds": (tile_seeds, seeds)}
         if keep or not self.streamed:
             record["hoisted"] = hoisted[1]
@@ -232,11 +233,12 @@ class BlockedStage:
 
     # ---- C and V ----
 
-    def _columns(self, hoisted, keep, prefix, replay=None):
+    def _columns(self, hoisted, keep, prefix, replay=None, offset=None):
         """C and V: the output rows (host tier), what backward needs of the columns (when `keep`), and the
-        chunks' and columns' seed bases."""
+        chunks' and columns' seed bases. `offset`: where the chunk loop starts in a training step's accesses
+        (plan.cache)."""
         if self.lanes.ring is None:
-            return self._one_lane_columns(hoisted, keep, prefix, replay)
+            return self._one_lane_columns(hoisted, keep, prefix, replay, offset)
         return self._ring_columns(hoisted, keep, prefix, replay)
 
     def _output_blocks(self, prefix):
@@ -255,7 +257,7 @@ class BlockedStage:
                   for name, b in blocks.items()}
         return Arrays(blocks, states)
 
-    def _one_lane_columns(self, hoisted, keep, prefix, replay):
+    def _one_lane_columns(self, hoisted, keep, prefix, replay, offset):
         """One device, column by column. ngra keeps A[j] on the device for its column and runs ApplyVertex when
         the column's last chunk is done; stage keeps it there for the column, then in the host tier until
         every chunk is done; dest-order keeps it in the host tier between chunks (loaded and stored by every
@@ -290,7 +292,7 @@ class BlockedStage:
         for name in kept.blocks if kept is not None else ():
             blocks[f"kept:{name}"], states[f"kept:{name}"] = kept.blocks[name], kept.states[name]
         columns = Arrays(blocks, states)
-        column_states, seeds = self.l.forward(rows, self.residency.chunks(self.lanes, 0), columns,
+        column_states, seeds = self.l.forward(rows, self.residency.chunks(self.lanes, 0, offset), columns,
                                               finish if in_loop or kept is not None else None,
                                               None if replay is None else replay[0],
                                               self._selector(hoisted) if replay is None else None)
@@ -446,7 +448,7 @@ class BlockedStage:
         tile_seeds, chunk_seeds = record["seeds"]
         if hoisted is None or kept is None:  # recompute: H and C again, from the stage's input
             hoisted, _ = self._hoist(inps, "re:", replay=tile_seeds)
-            _, kept, _ = self._columns(hoisted, True, "re:", replay=chunk_seeds)
+            _, kept, _ = self._columns(hoisted, True, "re:", replay=chunk_seeds, offset=self._offsets["recompute"])
         d_hoisted = {key: self._array(f"dh:{_position(k, key)}", self._host_home(), shape, dtype)
                      for key, (shape, dtype) in k.key_specs().items()}
         d_states = {key: b.filled(0) for key, b in d_hoisted.items()}
@@ -493,7 +495,8 @@ class BlockedStage:
     def _chunks_backward(self, hoisted, kept, d_columns, d_rows, seeds):
         k, lanes = self.k, self.lanes
         if lanes.ring is None:
-            return self.l.backward(_LaneRows(self, hoisted, 0), self.residency.chunks(lanes, 0), kept[0],
+            return self.l.backward(_LaneRows(self, hoisted, 0), self.residency.chunks(lanes, 0, self._offsets["backward"]),
+                                   kept[0],
                                    d_columns[0], d_rows, seeds)
         chunks = [self.residency.chunks(lanes, d) for d in range(len(lanes))]
         if not k.column_wide:

@@ -1,10 +1,12 @@
 """Where a compiled loop gets chunk C[i][j] from, by its id k = i * P + j.
 
-`PackedChunks` holds an in-memory partition's chunks as a handful of
-tensors: each index array of every chunk concatenated, with offsets, so a
-loop iteration slices chunk k out of them (no copy of the edges). The store
-reader (ngra_tf.store.reader.StoreReader) answers the same `chunk(k)` with ops
-that read chunk k's files when the iteration runs.
+`PackedChunks` holds an in-memory partition's chunks as a handful of tensor
+lists: one per index array (and the edge data), element k chunk k's array, so
+a loop iteration reads chunk k out of them without copying its edges (a list
+element is the tensor itself; a slice of one concatenated tensor would copy
+it, on every access). The store reader (ngra_tf.store.reader.StoreReader)
+answers the same `chunk(k)` with ops that read chunk k's files when the
+iteration runs.
 """
 
 from __future__ import annotations
@@ -40,33 +42,40 @@ class PackedChunks:
             data.append(None if chunk is None else chunk.edge_data)
         has_data = partition.chunk(0, 0).edge_data is not None
         with tf.init_scope(), tf.device(device or "/cpu:0"):
-            self.arrays, self.offsets = {}, {}
+            self.lists = {}  # name -> (dtype, the list's handle: an eager variant tensor that traced loops capture)
             for name in INDEX_ARRAYS:
                 arrays = [np.zeros(0, index_dtype) if a is None else a.astype(index_dtype, copy=False)
                           for a in pieces[name]]
-                self.arrays[name] = tf.constant(np.concatenate(arrays))
-                self.offsets[name] = tf.constant(np.cumsum([0] + [len(a) for a in arrays]), tf.int64)
-            self.edge_data = self.data_offsets = None
+                self.lists[name] = _tensor_list(arrays, tf.as_dtype(index_dtype))
             if has_data:
                 sample = partition.chunk(0, 0).edge_data
                 arrays = [np.zeros((0,) + sample.shape[1:], sample.dtype) if d is None else d for d in data]
-                self.edge_data = tf.constant(np.concatenate(arrays))
-                self.data_offsets = tf.constant(np.cumsum([0] + [len(a) for a in arrays]), tf.int64)
+                self.lists["edge_data"] = _tensor_list(arrays, tf.as_dtype(sample.dtype))
         self.index_dtype = tf.as_dtype(index_dtype)
+        self._row_shapes = {name: [None] for name in INDEX_ARRAYS}
+        if has_data:
+            self._row_shapes["edge_data"] = [None] + list(partition.chunk(0, 0).edge_data.shape[1:])
 
-    def chunk(self, k) -> LoadedChunk:
-        """Chunk k's arrays (tensor slices)."""
-        tensors = [_piece(self.arrays[name], self.offsets[name], k) for name in INDEX_ARRAYS]
-        data = None if self.edge_data is None else _piece(self.edge_data, self.data_offsets, k)
-        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
+    def chunk(self, k, step=None) -> LoadedChunk:
+        """Chunk k's arrays (elements of the lists: no copy). `step`, the loop's step, is not needed here."""
+        arrays = {}
+        for name, (dtype, handle) in self.lists.items():
+            value = tf.raw_ops.TensorListGetItem(input_handle=handle, index=tf.cast(k, tf.int32),
+                                                 element_shape=tf.constant(-1, tf.int32), element_dtype=dtype)
+            value.set_shape(self._row_shapes[name])
+            arrays[name] = value
+        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
+                           arrays.get("edge_data"))
 
 
-def _piece(values, offsets, k):
-    start = offsets[k]
-    piece = tf.slice(values, tf.concat([[start], tf.zeros([values.shape.rank - 1], tf.int64)], 0),
-                     tf.concat([[offsets[k + 1] - start], -tf.ones([values.shape.rank - 1], tf.int64)], 0))
-    piece.set_shape([None] + values.shape[1:].as_list())
-    return piece
+def _tensor_list(arrays, dtype):
+    """(dtype, handle) of a tensor list holding `arrays` (numpy), one element each (built eagerly: traced
+    loops capture the handle)."""
+    handle = tf.raw_ops.EmptyTensorList(element_shape=tf.constant(-1, tf.int32), max_num_elements=-1,
+                                        element_dtype=dtype)
+    for array in arrays:
+        handle = tf.raw_ops.TensorListPushBack(input_handle=handle, tensor=tf.constant(array, dtype))
+    return dtype, handle
 
 
 __all__ = ["PackedChunks"]

@@ -267,7 +267,7 @@ class Executor:
         program, variables, weights = self._blocked_stage(index, stage, xs, training)
         prefix = self.spill_prefix(f"L{index}_forward")
         args = {"prologue": variables["prologue"], "layer": variables["layer"], "inputs": _states(xs),
-                "prefix": prefix}
+                "prefix": prefix, "cache": self._cache_offsets(index, training, ("forward",))}
         record = self.shared(("blocked_forward", program.signature), program.forward, args, program.name + "_forward")
         self._expect(program, "forward", prefix)
         out = BlockRows(program.result_blocks("forward", prefix)["out"], record["out"])
@@ -290,7 +290,7 @@ class Executor:
                 args = {"prologue": record["variables"]["prologue"], "layer": record["variables"]["layer"],
                         "inputs": _states(record["inputs"]), "record": record["record"],
                         "d_out": (d_out.state, _path(d_out.blocks)), "forward_prefix": record["prefix"],
-                        "prefix": prefix}
+                        "prefix": prefix, "cache": self._cache_offsets(index, training, ("recompute", "backward"))}
                 result = self.shared(("blocked_backward", program.signature), program.backward, args,
                                      program.name + "_backward")
                 self._expect(program, "backward", prefix)
@@ -337,6 +337,12 @@ class Executor:
         weights += [] if kernels is None else _trainable(kernels.variables)
         return self._programs[signature], variables, weights
 
+    def _cache_offsets(self, index, training, kinds) -> dict:
+        """Where stage `index`'s chunk loops of `kinds` start in a training step's accesses (plan.cache), as
+        arguments of its traced call (-1: look up only)."""
+        offset = getattr(self.residency, "cache_offset", lambda *_: -1)
+        return {kind: tf.constant(offset(index, kind, training), tf.int32) for kind in kinds}
+
     # ---- rows between stages ----
 
     def store_rows(self, after=None):
@@ -367,20 +373,31 @@ class Executor:
             return rows.blocks.concat(rows.state, to_device=self.streamed)
 
     def _sum(self, a, b):
-        """Two gradients of one kept value (it is read by several stages): tensors, or host-tier rows."""
+        """Two gradients of one kept value (it is read by several stages): tensors, or host-tier rows (added
+        interval by interval, by a function traced once per row shape)."""
         if self.whole:
             return a + b
-        total = Blocks(f"sum_{a.blocks.name}", a.blocks.home, self.sizes, a.row_shape, a.dtype, host=self.lanes.host,
-                       path=self.residency.spill.file(f"sum_{a.blocks.name}", a.blocks.nbytes)
-                       if a.blocks.home == "disk" else None, copies=a.blocks.copies)
+        home, row_shape, dtype = a.blocks.home, tuple(a.row_shape), tf.as_dtype(a.dtype)
+        path = self.residency.spill.file(f"sum_{a.blocks.name}", a.blocks.nbytes) if home == "disk" else ""
 
-        def add(d, part, state):
-            return total.put(state, part, a.get(part) + b.get(part))
+        def blocks(name, file):
+            return Blocks(name, home, self.sizes, row_shape, dtype, host=self.lanes.host,
+                          path=file if home == "disk" else None, copies=self.copies)
 
-        with on_lane(total.host):
-            fresh = total.empty()
-        state = rounds(self.lanes, by_lane(self.lanes, self.lanes.loaders()), add, fresh, self.parallel)
-        return BlockRows(total, state)
+        def body(args):
+            first, second, total = (blocks(name, file) for name, file in zip(("a", "b", "sum"), args["paths"]))
+
+            def add(d, part, state):
+                return total.put(state, part, first.get(args["a"], part) + second.get(args["b"], part))
+
+            with on_lane(total.host):
+                fresh = total.empty()
+            return rounds(self.lanes, by_lane(self.lanes, self.lanes.loaders()), add, fresh, self.parallel)
+
+        state = self.shared(("sum", home, row_shape, dtype.name), body,
+                            {"a": a.state, "b": b.state, "paths": [_path(a.blocks), _path(b.blocks), path]},
+                            f"Sum_{int(np.prod(row_shape, dtype=np.int64))}")
+        return BlockRows(blocks(f"sum_{a.blocks.name}", path), state)
 
     # ---- spill files ----
 

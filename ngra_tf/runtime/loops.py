@@ -126,7 +126,7 @@ class ChunkLoops:
                                                                sched.START))
             last = step[sched.LAST] > 0
             if select is None:
-                chunk, src = chunks.chunk(c), rows.rows(k.source_keys, i)
+                chunk, src = chunks.chunk(c, s), rows.rows(k.source_keys, i)
             else:
                 chunk, src = select(c, i)
             dst = rows.rows(k.dest_keys, j)
@@ -237,7 +237,7 @@ class ChunkLoops:
         def body(s, d_row_states, weights, total_states):
             step = table[s]
             pass_, i, j, c = (step[f] for f in range(4))
-            chunk = chunks.chunk(c)
+            chunk = chunks.chunk(c, s)
             src, dst = rows.rows(k.source_keys, i), rows.rows(k.dest_keys, j)
             column_stats = [(columns.get(f"peak{m}", j), columns.get(f"total{m}", j)) for m in range(num_markers)]
             self.seed_chunk(seeds, c)

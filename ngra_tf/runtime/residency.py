@@ -12,17 +12,26 @@ block between the host and a lane is a copy at all: when the compute device
 is the host itself (no GPU), a block read from the host tier or a chunk read
 from the store is already where the kernels read it, and no copy_h2d /
 copy_d2h runs.
+
+From a store on one device, chunks go through a cache in host memory
+(ngra_tf.ops.cache) under the memory budget: a training step's accesses are
+known in advance (the step tables), so its plan (plan.cache.CachePlan,
+Belady's policy) says which reads to keep and what to evict; a hit returns
+the cached tensor itself. Steps that do not train (evaluate, predict) only
+look up.
 """
 
 from __future__ import annotations
 
 import contextlib
+import weakref
 
 import numpy as np
 import tensorflow as tf
 
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
+from ngra_tf.ops.cache import cache_clear, cache_erase, new_cache
 from ngra_tf.ops.copy import copy_h2d
 from ngra_tf.runtime.chunks import PackedChunks
 from ngra_tf.runtime.spill import SpillDirectory
@@ -41,7 +50,7 @@ class InMemory:
         self.partition, self.graph = partition, partition.graph
         self._chunks = {}
 
-    def chunks(self, lanes, d):
+    def chunks(self, lanes, d, offset=None):
         """Lane d's chunk source: the chunks of the columns it owns, packed on its device once (one lane: all)."""
         if d not in self._chunks:
             P = self.partition.num_parts
@@ -77,6 +86,10 @@ class Streamed:
         self.selective = float(selective or 0.0)
         self._reader = None
         self._selected = None
+        # The chunk cache, its plan and where each stage's loops start in a training step's accesses (the model
+        # sets them from its budget: plan.budget.Budget).
+        self.cache, self.cache_plan, self.cache_offsets = new_cache(), None, {}
+        weakref.finalize(self, cache_clear, self.cache)
 
     @property
     def host_home(self):
@@ -88,8 +101,19 @@ class Streamed:
             self._reader = StoreReader(self.store, [self.features])
         return self._reader
 
-    def chunks(self, lanes, d):
+    def chunks(self, lanes, d, offset=None):
+        """Lane d's chunks: read on the host (and copied to the lane unless it is the host); on one lane with a
+        cache plan, through the cache, at the training step's accesses from `offset` (None or < 0: lookups
+        only)."""
+        plan = self.cache_plan
+        if len(lanes) == 1 and plan is not None and plan.keep.any() and not self.selective and self.reader.cacheable:
+            return CachedChunks(self.reader, self.cache, self.cache_plan, offset, copy=self.copies(lanes.devices[d]))
         return CopiedChunks(self.reader, lanes.devices[d], copy=self.copies(lanes.devices[d]))
+
+    def cache_offset(self, index, kind, training) -> int:
+        """Where stage `index`'s `kind` loop ("forward", "recompute", "backward") starts in a training step's
+        chunk accesses; -1 (look up only) outside training or without a cache plan."""
+        return self.cache_offsets.get((index, kind), -1) if training else -1
 
     def copies(self, lane) -> bool:
         """Whether a block moved between the host tier and `lane` is copied: not when the lane is the host."""
@@ -123,14 +147,45 @@ class CopiedChunks:
         self.reader, self.lane, self.copy = reader, lane, copy
         self.index_dtype = reader.index_dtype
 
-    def chunk(self, k):
-        loaded = self.reader.chunk(k)
-        if not self.copy:
-            return loaded
-        with on_lane(self.lane):
-            tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
-            data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
-        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
+    def chunk(self, k, step=None):
+        return _copied(self.reader.chunk(k), self.lane, self.copy)
+
+
+class CachedChunks:
+    """A store's chunks through the chunk cache (one lane, npy): chunk(k, step) is served from the cache when
+    k is there, else read; at a training step's access (offset + step) the read is kept, and chunks evicted,
+    as the plan says."""
+
+    def __init__(self, reader, cache, plan, offset, copy=False):
+        self.reader, self.cache, self.copy = reader, cache, copy
+        self.index_dtype = reader.index_dtype
+        self.offset = offset
+        with tf.init_scope():  # the plan's tables, captured as constants
+            self.keep, self.evict = tf.constant(plan.keep), tf.constant(plan.evict)
+        self.evicts = bool((plan.evict >= 0).any())
+
+    def chunk(self, k, step=None):
+        keep = tf.constant(False)
+        if self.offset is not None and step is not None:
+            training = tf.cast(self.offset, tf.int32) >= 0
+            at = tf.maximum(tf.cast(self.offset, tf.int32) + tf.cast(step, tf.int32), 0)
+            keep = tf.logical_and(training, tf.gather(self.keep, at))
+            if self.evicts:  # every array of the chunks the plan evicts here (none outside training)
+                evicted = tf.where(training, tf.gather(self.evict, at), -1)[:, None]
+                width = len(self.reader.arrays)
+                keys = tf.where(evicted >= 0, evicted * width + tf.range(width, dtype=tf.int64)[None], -1)
+                cache_erase(self.cache, tf.reshape(keys, [-1]))
+        return _copied(self.reader.chunk(k, cache=self.cache, keep=keep), None, self.copy)
+
+
+def _copied(loaded, lane, copy):
+    """A chunk read on the host, copied to `lane` (or not: the lane is the host)."""
+    if not copy:
+        return loaded
+    with on_lane(lane):
+        tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
+        data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
+    return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
 
 
 def on_lane(lane):
@@ -143,4 +198,4 @@ def _is_host(lane) -> bool:
     return lane is None and not tf.config.list_logical_devices("GPU")
 
 
-__all__ = ["CopiedChunks", "HOST_TIERS", "InMemory", "StoreShapes", "Streamed", "on_lane"]
+__all__ = ["CachedChunks", "CopiedChunks", "HOST_TIERS", "InMemory", "StoreShapes", "Streamed", "on_lane"]

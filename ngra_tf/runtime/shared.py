@@ -39,15 +39,18 @@ class SharedFunctions:
         """body(args) through the function of `key` (traced from `body` the first time the key is seen, its ops
         named under `name`).
 
-        TensorArrays cross the call as their flow tensors, both ways (a TensorArray argument's trace type
+        TensorArrays cross the call as their flow tensors, both ways, and strings as string tensors (either
         would retrace the function on every call).
         """
         in_dtypes = _array_dtypes(args)
         entry = self._functions.get(key)
         if entry is None:
-            out_dtypes = {}
+            out_dtypes, traces = {}, []
 
             def flat(flat_args):
+                traces.append(key)
+                if len(traces) > 1:  # (every argument is a tensor of fixed spec: a retrace is a bug)
+                    raise AssertionError(f"the shared loop {name} was traced again for other arguments")
                 with tf.name_scope(name):
                     out = body(_arrays(in_dtypes, flat_args))
                 out_dtypes["out"] = _array_dtypes(out)
@@ -73,7 +76,10 @@ def _array_dtypes(structure):
 
 
 def _flows(structure):
-    return tf.nest.map_structure(lambda v: v.flow if isinstance(v, tf.TensorArray) else v, structure)
+    """TensorArrays as their flows, and strings (file names) as tensors: a Python value in the arguments would
+    retrace the function for every value."""
+    return tf.nest.map_structure(lambda v: v.flow if isinstance(v, tf.TensorArray) else
+                                 tf.constant(v, tf.string) if isinstance(v, str) else v, structure)
 
 
 def _arrays(dtypes, structure):

@@ -25,6 +25,7 @@
 #include <limits>
 #include <string>
 
+#include "ops/cc/cache.h"
 #include "tensorflow/core/framework/op.h"
 #include "tensorflow/core/framework/op_kernel.h"
 #include "tensorflow/core/framework/shape_inference.h"
@@ -52,12 +53,15 @@ REGISTER_OP("NgraReadFile")
     .Input("expected_inode: int64")
     .Input("expected_ctime_ns: int64")
     .Input("after: int64")
+    .Input("cache: int64")
+    .Input("key: int64")
+    .Input("keep: bool")
     .Output("output: dtype")
     .Attr("dtype: " NGRA_FILE_TYPES)
     // Not SetIsStateful(): see the top of this file.
     .SetShapeFn([](InferenceContext* c) {
       ShapeHandle unused, out;
-      for (int i : {0, 1, 3, 4, 5, 6, 7}) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
+      for (int i : {0, 1, 3, 4, 5, 6, 7, 8, 9, 10}) TF_RETURN_IF_ERROR(c->WithRank(c->input(i), 0, &unused));
       // The shape input's value when known; else unknown dims, as many as it has.
       TF_RETURN_IF_ERROR(c->MakeShapeFromShapeTensor(2, &out));
       c->set_output(0, out);
@@ -75,7 +79,11 @@ verified (inode and ctime catch a same-size replacement that kept the mtime).
 the `written` output of the NgraWriteFile calls a read must follow orders it
 after them (a data dependency, which unlike a control dependency survives
 being captured into loop bodies). The op is stateless so that reads overlap
-other work.
+other work. With `cache` >= 0 (a cache of ngra_tf.ops.cache) the range is
+first looked up there under `key` and, when found, returned without reading
+(the cached tensor itself); a range read because it was not found is cached
+under `key` when `keep`. (So a cached range is checked against its file only
+when it is read.)
 )doc");
 
 REGISTER_OP("NgraWriteFile")
@@ -211,6 +219,20 @@ class ReadFileOp : public OpKernel {
     // every real step has; refused, the folders leave the op in the graph.
     OP_REQUIRES(ctx, ctx->step_container() != nullptr,
                 errors::Unavailable("NgraReadFile reads its file when the graph runs, not when it is optimised"));
+    const int64_t cache_name = ctx->input(8).scalar<int64_t>()();
+    const int64_t key = ctx->input(9).scalar<int64_t>()();
+    std::shared_ptr<Cache> cache;
+    if (cache_name >= 0) {
+      cache = Caches::Get().Find(cache_name, /*create=*/true);
+      Tensor cached;
+      if (cache->Lookup(key, &cached)) {
+        OP_REQUIRES(ctx, cached.dtype() == output_type(0),
+                    errors::InvalidArgument("cache entry ", key, " holds ", tensorflow::DataTypeString(cached.dtype()),
+                                            ", read as ", tensorflow::DataTypeString(output_type(0))));
+        ctx->set_output(0, cached);
+        return;
+      }
+    }
     std::string path;
     int64_t offset = 0, expected_size = -1, expected_mtime_ns = -1;
     OP_REQUIRES_OK(ctx, PathAndOffset(ctx, &path, &offset));
@@ -289,6 +311,7 @@ class ReadFileOp : public OpKernel {
       for (int64_t i = 0; i < bytes; ++i) data[i] = data[i] != 0;
     }
     bytes_read += bytes;
+    if (cache != nullptr && ctx->input(10).scalar<bool>()()) cache->Insert(key, *output);
   }
 };
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
+from ngra_tf.runtime.plan.cache import CachePlan, training_accesses
 from ngra_tf.runtime.resident import format_bytes
 from ngra_tf.runtime.stages import INPUT
 from ngra_tf.store import memory
@@ -34,9 +35,9 @@ from ngra_tf.store import memory
 # pools, a margin for the spill files' write buffers, and the traced functions of the model's stages.
 # RUNTIME_BASE covers two stage signatures; each further one adds RUNTIME_PER_SIGNATURE and each graph layer
 # RUNTIME_PER_GRAPH_LAYER, fitted to peaks measured at the smallest budget (README, Training beyond memory).
-RUNTIME_BASE = 150 * 2**20
-RUNTIME_PER_SIGNATURE = 40 * 2**20
-RUNTIME_PER_GRAPH_LAYER = 8 * 2**20
+RUNTIME_BASE = 100 * 2**20
+RUNTIME_PER_SIGNATURE = 16 * 2**20
+RUNTIME_PER_GRAPH_LAYER = 26 * 2**20
 # What the counts below miss, fitted to measured peaks: tape temporaries and the allocator's pools for blocks of
 # many sizes (STEP_FACTOR), and copies the executor makes of resident tensors (RESIDENT_FACTOR).
 RESIDENT_FACTOR = 1.1
@@ -67,11 +68,12 @@ class Budget:
     """
 
     def __init__(self, stages, store, layer, input_spec, *, spill, schedule, tile_bytes, weights_bytes, ring=None,
-                 copies=True, budget=None):
+                 copies=True, cache=True, budget=None):
         self.stages, self.store, self.budget = stages, store, budget
         self.spill, self.schedule, self.tile_bytes = spill, schedule, int(tile_bytes)
         self.ring, self.num_devices, self.copies = ring, 1 if ring is None else len(ring.order), bool(copies)
         self.signatures = set()
+        self.layers = {}  # graph stage index -> its LayerPlan (for training)
         self.steps, self.resident, self.kept, self.shared_rows, self.summary = self._estimate(layer, input_spec,
                                                                                              weights_bytes)
         self.largest = max(self.steps, key=lambda step: step[1])
@@ -80,6 +82,12 @@ class Budget:
                         + RUNTIME_PER_GRAPH_LAYER * graph_layers)
         self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + self.runtime
         self.host = "memory" if budget is None or self.working_set + self.kept <= budget else "disk"
+        # The chunk cache gets what the budget leaves (none without a budget, or over several devices).
+        self.cache, self.cache_offsets = None, {}
+        if cache and budget is not None and self.num_devices == 1 and self.layers:
+            room = budget - self.working_set - (self.kept if self.host == "memory" else 0)
+            items, self.cache_offsets = training_accesses(stages, self.layers, spill)
+            self.cache = CachePlan(items, self.chunk_bytes, max(0, room))
 
     def check(self):
         if self.budget is not None and self.working_set > self.budget:
@@ -107,6 +115,15 @@ class Budget:
         tier = "host memory" if self.host == "memory" else "a spill directory on disk"
         lines.append(f"  memory budget {budget}{per_device}: the host tier keeps up to {format_bytes(self.kept)}, "
                      f"in {tier}")
+        store = sum(self.chunk_bytes.values())
+        if self.cache is not None:
+            lines.append(f"  chunk cache {format_bytes(self.cache.capacity)}: keeps {format_bytes(self.cache.cached_bytes)} "
+                         f"of the chunks' {format_bytes(store)} between steps; a training step reads "
+                         f"{format_bytes(self.cache.reads_steady)} of chunks (the first "
+                         f"{format_bytes(self.cache.reads_first)}), the least its schedule needs at this budget")
+        elif self.layers:
+            why = "over several devices" if self.num_devices > 1 else "no budget" if self.budget is None else "off"
+            lines.append(f"  chunk cache: none ({why}); a training step reads every chunk at every pass")
         if self.ring is not None:
             lines.append(f"  shared source rows: {format_bytes(self.shared_rows)} per forward pass, loaded from the "
                          f"host {len(self.ring.routes(0))}x (once per route), passed on device to device")
@@ -119,6 +136,10 @@ class Budget:
         V, P = store.num_vertices, store.num_parts
         edge_row = 0 if store.edge_data_spec is None else _bytes(store.edge_data_spec[0], store.edge_data_spec[1])
         chunk = memory.largest_chunk_nbytes(store.edge_counts, store.bounds, edge_row)
+        # What reading a chunk loads (its index arrays and edge data; a store also keeps its edge ids).
+        self.chunk_bytes = {i * P + j: memory.chunk_nbytes(int(store.edge_counts[i, j]), int(sizes[i]), int(sizes[j]),
+                                                           edge_row) - 8 * int(store.edge_counts[i, j])
+                            for i in range(P) for j in range(P)}
         max_edges = int(store.edge_counts.max()) if store.edge_counts.size else 0
         owned = -(-P // self.num_devices)  # the columns a device holds at once over several devices
         moved = 2 if self.copies else 1  # a block read on the host, and its copy on the device (when it is one)
@@ -143,6 +164,7 @@ class Budget:
                 self.signatures.add(("vertex", len(stage.prologue_layers), len(stage.inputs), in_row, out_row))
                 continue
             kernels, plan = layer(index, graph_spec)
+            self.layers[index] = plan
             self.signatures.add((kernels.signature, len(stage.prologue_layers), len(stage.inputs)))
             keys = {key: _bytes(key_shape, key_dtype) for key, (key_shape, key_dtype) in kernels.key_specs().items()}
             src = sum(keys[k] for k in kernels.source_keys)

@@ -1,0 +1,128 @@
+"""Which reads of a training step the chunk cache serves: Belady's eviction over the step's known accesses.
+
+A training step reads chunks in an order the step tables fix in advance
+(every layer's forward, then every layer's backward, and again every step),
+so the cache can evict what is needed furthest in the future (Belady's
+optimal policy) rather than what was used longest ago (LRU), which on a
+cyclic scan evicts exactly what comes next. `CachePlan` simulates the policy
+over the step's accesses, repeated until the cache's contents at the start
+of a step no longer change (the steady state), and gives per access:
+
+    keep[t]   after access t its item is in the cache (a miss inserts it)
+    evict[t]  the items to drop at access t to make room (-1 padded)
+
+A miss that would evict something needed sooner than itself is not cached
+(bypass). Items have sizes; the cache holds at most `capacity` bytes at any
+time. `reads_first` and `reads_steady` are the bytes a first and a later
+step read: the minimum a step needs under this capacity (every access is
+read when nothing fits, nothing after the first step when everything does).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ngra_tf.runtime.plan.tables import K
+
+
+class CachePlan:
+    """Belady's policy over `items` (one id per access, in order) of sizes `nbytes` ({id: bytes}), in a cache of
+    `capacity` bytes (see the module doc)."""
+
+    def __init__(self, items, nbytes: dict, capacity: int, max_periods: int = 6):
+        self.items = np.asarray(items, np.int64)
+        self.nbytes, self.capacity = dict(nbytes), int(capacity)
+        T = len(self.items)
+        self.next_use = _next_uses(self.items)  # position of each access's item's next access (cyclically)
+        contents = {}
+        first = None
+        for _ in range(max_periods):
+            start = dict(contents)
+            keep, evict, reads, contents = self._period(contents)
+            if first is None:
+                first = reads
+            if contents == start:  # the steady state: this period's decisions repeat
+                break
+        self.keep, self.reads_first, self.reads_steady = keep, first, reads
+        width = max([len(e) for e in evict] + [1])
+        self.evict = np.full((T, width), -1, np.int64)
+        for t, dropped in enumerate(evict):
+            self.evict[t, :len(dropped)] = dropped
+        self.cached = {item: self.nbytes[item] for item in contents}  # what stays between steps
+
+    @property
+    def cached_bytes(self) -> int:
+        return sum(self.cached.values())
+
+    def _period(self, contents):
+        """One step from `contents` ({item: its next use}): (keep, evict, bytes read, contents after)."""
+        T = len(self.items)
+        used = sum(self.nbytes[item] for item in contents)
+        keep, evict, reads = np.zeros(T, bool), [], 0
+        contents = dict(contents)
+        for t, item in enumerate(self.items):
+            item = int(item)
+            upcoming = t + int(self.next_use[t])  # positions past T fall in the next step
+            dropped = []
+            if item in contents:
+                contents[item] = upcoming
+                keep[t] = True
+                evict.append(dropped)
+                continue
+            reads += self.nbytes[item]
+            size = self.nbytes[item]
+            if size <= self.capacity:
+                # Farthest next use first; stop at anything needed sooner than this item (then do not cache it).
+                order = sorted(contents, key=lambda other: -contents[other])
+                free, victims = self.capacity - used, []
+                for other in order:
+                    if free >= size or contents[other] <= upcoming:
+                        break
+                    victims.append(other)
+                    free += self.nbytes[other]
+                if free >= size:
+                    for other in victims:
+                        del contents[other]
+                        used -= self.nbytes[other]
+                    dropped = victims
+                    contents[item] = upcoming
+                    used += size
+                    keep[t] = True
+            evict.append(dropped)
+        # The next step sees these items' next uses one period on.
+        return keep, evict, reads, {item: use - T for item, use in contents.items()}
+
+
+def training_accesses(stages, layers: dict, spill: str):
+    """The chunks a training step reads, in order, and where each stage's loops start in that order:
+    (chunk ids, {(stage index, "forward" | "recompute" | "backward"): offset}). `layers` maps a graph stage's
+    index to its LayerPlan; backward recomputes a stage's forward first under spill="recompute"."""
+    items, offsets = [], {}
+
+    def walk(index, kind, table):
+        offsets[(index, kind)] = len(items)
+        items.extend(int(k) for k in table[:, K])
+
+    for index in sorted(layers):
+        walk(index, "forward", layers[index].forward_steps)
+    for index in sorted(layers, reverse=True):
+        if spill == "recompute":
+            walk(index, "recompute", layers[index].forward_steps)
+        walk(index, "backward", layers[index].backward_steps)
+    return items, offsets
+
+
+def _next_uses(items) -> np.ndarray:
+    """For each access, how many accesses later its item comes again (cyclically, within one period)."""
+    T = len(items)
+    distance = np.zeros(T, np.int64)
+    last = {}
+    for t in range(2 * T - 1, -1, -1):
+        item = int(items[t % T])
+        if t < T:
+            distance[t] = last[item] - t
+        last[item] = t
+    return distance
+
+
+__all__ = ["CachePlan", "training_accesses"]
