@@ -206,7 +206,8 @@ class GraphModel(keras.Model):
         weights = sum(int(np.prod(v.shape)) * tf.as_dtype(self.compute_dtype).size for v in self.trainable_weights)
         return budget.Budget(stages, self.store, layer, residency.input_spec(self.compute_dtype), spill=self.spill,
                              schedule=self.schedule, tile_bytes=TILE_BYTES, weights_bytes=weights, ring=self.ring,
-                             copies=residency.copies(None), cache=not self.selective, budget=self.memory_budget)
+                             copies=residency.copies(None), cache=not self.selective, budget=self.memory_budget,
+                             features=self._features)
 
     def memory_plan(self) -> budget.Budget:
         """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.budget)."""

@@ -42,16 +42,19 @@ the same P (the goal: at most 1.3x).
 schedule of ngra_tf.runtime.plan.tables (ngra, stage, dest-order) on one store
 (--store, else the first --copies size): steady-state median and first
 epoch, and the bytes moved per steady epoch (medians): copy_h2d / copy_d2h
-bytes as the copy ops count them (ngra_tf.ops.copy_stats), and the process's
-own I/O from /proc/self/io deltas around each epoch -- rchar / wchar (bytes
-through read/write system calls, page-cache hits included) and read_bytes /
-write_bytes (bytes that reached or were sent to the block device). The file
-ops (ngra_tf.ops.fileio) keep no byte counts of their own; /proc/self/io
-covers the whole process, so it includes any other I/O in the epoch.
+bytes as the copy ops count them (ngra_tf.ops.copy_stats: none where the
+device is the host), the bytes the file ops read and wrote
+(ngra_tf.ops.file_stats: store reads, spills) beside the least a training
+step must read of the chunks at that budget (the chunk cache's plan), and
+the process's own I/O from /proc/self/io deltas around each epoch -- rchar /
+wchar (bytes through read/write system calls, page-cache hits included) and
+read_bytes / write_bytes (bytes that reached or were sent to the block
+device); /proc/self/io covers the whole process, so it includes any other
+I/O in the epoch.
 
 --neugraph: NeuGraph walks a layer's chunks column by column forward and row
 by row backward. The tool derives each schedule's forward and backward order
-from the step tables (schedule.forward_table / backward_table on the store's
+from the step tables (plan.tables.forward_table / backward_table on the store's
 partition) and times a comparison only if the schedules express both that
 order and a different backward order; otherwise it says the variant is not
 implemented.
@@ -158,6 +161,7 @@ def make_timer():
 
         def on_epoch_begin(self, epoch, logs=None):
             ngra_tf.ops.copy_stats(reset=True)
+            ngra_tf.ops.file_stats(reset=True)
             self._io = process_io()
             self._start = time.perf_counter()
 
@@ -166,7 +170,7 @@ def make_timer():
             after = process_io()
             io = None if after is None or self._io is None else {k: after[k] - self._io[k] for k in after}
             self.epochs.append({"seconds": seconds, "copied": copied_bytes(), "io": io,
-                                "loss": float((logs or {}).get("loss", math.nan))})
+                                "files": ngra_tf.ops.file_stats(), "loss": float((logs or {}).get("loss", math.nan))})
 
     return EpochTimer()
 
@@ -190,6 +194,7 @@ def summarize(epochs: list) -> dict:
         cell["io"] = {k: median(e["io"].get(k) for e in later) for k in later[0]["io"]}
     else:
         cell["io"] = None
+    cell["files"] = {k: median(e["files"][k] for e in later) for k in ("read", "written")} if later else None
     return cell
 
 
@@ -248,6 +253,11 @@ def time_config(store, config: dict, memory_inputs=None) -> dict:
     if model.store is not None:
         plan = model.memory_plan()
         cell["host_tier"], cell["smallest_budget"] = plan.host, plan.working_set
+        chunks = sum(plan.chunk_bytes.values())
+        cell["chunks_bytes"] = chunks
+        # The chunk and feature bytes a training step must read: the cache plan's minimum, or all at every pass.
+        cell["chunk_reads_min"] = plan.cache.reads_steady if plan.cache is not None else None
+        cell["chunk_cache"] = plan.cache.capacity if plan.cache is not None else 0
     return cell
 
 
@@ -369,6 +379,14 @@ def fig15(copies, results):
                   + (f"; host tier {cell['host_tier']}, smallest budget {fmt_mib(cell['smallest_budget'])} MiB"
                      if "host_tier" in cell else "")
                   + f"; final loss {cell['loss'][-1]:.4f}", flush=True)
+            if cell.get("files") is not None and "host_tier" in cell:
+                floor = cell.get("chunk_reads_min")
+                print(f"    file ops per steady epoch: read {fmt_mib(cell['files']['read'])} MiB, wrote "
+                      f"{fmt_mib(cell['files']['written'])} MiB (spilled); chunk cache {fmt_mib(cell['chunk_cache'])} "
+                      f"MiB of the store's {fmt_mib(cell['chunks_bytes'])} MiB of chunks: a training step reads at "
+                      f"least {'every chunk at every pass' if floor is None else fmt_mib(floor) + ' MiB'} of chunks "
+                      f"and features",
+                      flush=True)
         if vs_memory is not None:
             verdict = "within" if vs_memory <= GOAL_VS_MEMORY else "MORE than"
             print(f"  NG / in-memory at P={store.num_parts}: {vs_memory:.2f}x, {verdict} the {GOAL_VS_MEMORY}x goal",
@@ -407,29 +425,32 @@ def schedules_mode(copies, results):
     print(f"NGra Fig. 14 from a store: NG (overlap, rewrites) with each schedule on {store.path} "
           f"(V={store.num_vertices}, E={store.num_edges}, P={store.num_parts}), memory budget {budget}; "
           f"seconds: median of {FLAGS.epochs} epoch(s) after the first, [first]; MiB per steady epoch "
-          f"(medians): copy ops h2d/d2h, process read()/write() (rchar/wchar) and disk (read_bytes/write_bytes)",
-          flush=True)
-    print(f"{'schedule':>10} | {'steady s':>9} {'first s':>8} | {'h2d':>8} {'d2h':>8} {'read()':>8} {'write()':>8} "
-          f"{'disk rd':>8} {'disk wr':>8} | {'host':>6} | {'time/ngra':>9} {'h2d/ngra':>8} {'read()/ngra':>11} "
-          f"{'write()/ngra':>12}", flush=True)
+          f"(medians): copy ops h2d/d2h, file ops read/written beside the least a step reads of the chunks and "
+          f"features at this budget, process read()/write() (rchar/wchar) and disk (read_bytes/write_bytes)", flush=True)
+    print(f"{'schedule':>10} | {'steady s':>9} {'first s':>8} | {'h2d':>8} {'d2h':>8} | {'file rd':>8} "
+          f"{'file wr':>8} {'least rd':>8} | {'read()':>8} {'write()':>8} {'disk rd':>8} {'disk wr':>8} | "
+          f"{'host':>6} | {'time/ngra':>9} {'file rd/ngra':>12} {'h2d/ngra':>8}", flush=True)
     cells = {}
     for schedule in FLAGS.schedule_list:
         cells[schedule] = cell = run_cell(store, dict(CONFIGS["NG"], schedule=schedule))
-        copied, io = cell["copied"] or {}, cell["io"] or {}
+        copied, io, files = cell["copied"] or {}, cell["io"] or {}, cell["files"] or {}
         first = cells[FLAGS.schedule_list[0]]
-        first_copied, first_io = first["copied"] or {}, first["io"] or {}
         cell["vs_first"] = {"time": ratio(cell["median_s"], first["median_s"]),
-                            "h2d": ratio(copied.get("h2d"), first_copied.get("h2d")),
-                            "rchar": ratio(io.get("rchar"), first_io.get("rchar")),
-                            "wchar": ratio(io.get("wchar"), first_io.get("wchar"))}
+                            "file_read": ratio(files.get("read"), (first["files"] or {}).get("read")),
+                            "h2d": ratio(copied.get("h2d"), (first["copied"] or {}).get("h2d"))}
         v = cell["vs_first"]
+        least = cell["chunk_reads_min"]
         print(f"{schedule:>10} | {fmt_s(cell['median_s']):>9} {fmt_s(cell['first_s']):>8} | "
-              f"{fmt_mib(copied.get('h2d')):>8} {fmt_mib(copied.get('d2h')):>8} {fmt_mib(io.get('rchar')):>8} "
-              f"{fmt_mib(io.get('wchar')):>8} {fmt_mib(io.get('read_bytes')):>8} {fmt_mib(io.get('write_bytes')):>8} | "
-              f"{cell['host_tier']:>6} | {fmt_x(v['time']):>9} {fmt_x(v['h2d']):>8} {fmt_x(v['rchar']):>11} "
-              f"{fmt_x(v['wchar']):>12}", flush=True)
+              f"{fmt_mib(copied.get('h2d')):>8} {fmt_mib(copied.get('d2h')):>8} | {fmt_mib(files.get('read')):>8} "
+              f"{fmt_mib(files.get('written')):>8} {fmt_mib(least) if least is not None else 'all':>8} | "
+              f"{fmt_mib(io.get('rchar')):>8} {fmt_mib(io.get('wchar')):>8} {fmt_mib(io.get('read_bytes')):>8} "
+              f"{fmt_mib(io.get('write_bytes')):>8} | {cell['host_tier']:>6} | {fmt_x(v['time']):>9} "
+              f"{fmt_x(v['file_read']):>12} {fmt_x(v['h2d']):>8}", flush=True)
     if FLAGS.schedule_list[0] != "ngra":
         print(f"  (ratios are against {FLAGS.schedule_list[0]}, the first of --schedule_list)")
+    print("  h2d / d2h: 0 and h2d/ngra '-' where the device is the host (nothing is copied there); file rd: the "
+          "chunks, feature tiles and spills the file ops read; least rd: the chunk and feature bytes a training "
+          "step must read with this budget's cache ('all': no cache, every chunk at every pass)", flush=True)
     print("  disk rd / disk wr: bytes the block device served / pages newly dirtied for it; 0 when the page cache "
           "served the reads and absorbed the writes (read() / write() count them either way)", flush=True)
     results["schedules"] = {"store": store.path, "num_parts": store.num_parts, "memory_budget": FLAGS.memory_budget,

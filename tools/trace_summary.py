@@ -11,7 +11,7 @@ and the Python-side events (the train function, iterator creation, tensor
 deletion). Events nest (a function call contains its ops), so the rows do not
 add up to the wall time. An op inside a loop body is named once, as its loop's
 op ("gcn/ForwardChunkSteps/FusedGather/NgraFusedGather"), its bodies' instances
-summed.
+summed (Grappler's "_tfg_inlined_..." suffix dropped).
 """
 
 from __future__ import annotations
@@ -37,10 +37,13 @@ def newest_trace(logdir: str) -> str:
 
 
 _BODY = re.compile(r"/body/_\d+/")
+_INLINED = re.compile(r"_tfg_inlined_[^:]*")  # Grappler's suffix on a node it inlined into a loop body
 
 
 def event_name(name: str) -> str:
-    """Folds "L/body/_N/L/op", TensorFlow's name for op in an instance of loop L's body, into "L/op"."""
+    """Folds "L/body/_N/L/op", TensorFlow's name for op in an instance of loop L's body, into "L/op" (and drops
+    the suffix Grappler gives a node it inlined there)."""
+    name = _INLINED.sub("", name)
     while (found := _BODY.search(name)) is not None:
         loop, inner = name[:found.start()], name[found.end():]
         common = max((n for n in range(1, len(inner) + 1) if loop.endswith(inner[:n]) and

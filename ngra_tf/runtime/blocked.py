@@ -36,6 +36,7 @@ from ngra_tf.ops.copy import copy_d2d, copy_h2d
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, rounds
 from ngra_tf.runtime.loops import Arrays, set_seeds
+from ngra_tf.runtime.plan.budget import tiles_of
 from ngra_tf.runtime.residency import on_lane
 from ngra_tf.runtime.ring_loops import RingLoops
 from ngra_tf.runtime.spill import file_name
@@ -72,12 +73,25 @@ class BlockedStage:
                 self.ring = RingLoops(self.l)
         self.inputs = [self._input(k, state) for k, state in enumerate(args["inputs"])]
         self._offsets = args.get("cache", {})  # where this call's chunk loops start in a training step's accesses
+        self._after = None  # the last pass's token: the cache's plan runs the passes' reads in order
 
     def _input(self, k, state):
         row_shape, dtype, home = self.input_specs[k]
         if home == "store":
             return self.executor.store_rows(after=state[0])
         return BlockRows(self._array(f"in{k}", home, row_shape, dtype, path=state[1]), state[0])
+
+    def _pass_done(self, states):
+        """The reads of the next pass wait for this one's results (`states`, a nest of block states): a loop's
+        reads depend on nothing else, and would run ahead of the cache plan's order."""
+        if not self.residency.streamed or not self.residency.cached:
+            return
+        token = tf.constant(0, tf.int64)
+        for state in tf.nest.flatten(states):
+            # (a list's length may be known when the graph is optimised, and folded away: an element is not)
+            value = tf.size(state.read(0), tf.int64) if isinstance(state, tf.TensorArray) else tf.cast(state, tf.int64)
+            token = token + tf.minimum(tf.reduce_sum(value), 0)
+        self._after = token
 
     def _array(self, role, home, row_shape, dtype, device=None, name=None, path=None):
         """A Blocks array of this call called `name` (default: its role); on disk, the file prefix + role (or
@@ -113,10 +127,11 @@ class BlockedStage:
             states, seeds = self._map_tiles(inps, lambda y: {"out": y}, {"out": (tuple(self.spec.shape[1:]),
                                                                                    self.spec.dtype)},
                                             by_lane(self.lanes, self.lanes.loaders()),
-                                            [{"out": out} for _ in self.lanes.devices])
+                                            [{"out": out} for _ in self.lanes.devices],
+                                            offset=self._offsets.get("forward_tiles"))
             return {"out": states["out"], "seeds": seeds}
         keep = self.training and self.executor.spill == "spill"
-        hoisted, tile_seeds = self._hoist(inps, "")
+        hoisted, tile_seeds = self._hoist(inps, "", offset=self._offsets.get("forward_tiles"))
         out, kept, seeds = self._columns(hoisted, keep, "", offset=self._offsets["forward"])
         record = {"out": out, "seeds": (tile_seeds, seeds)}
         if keep or not self.streamed:
@@ -130,17 +145,14 @@ class BlockedStage:
     def _tiles(self, inps):
         """Each interval's tiles: rows of the inputs at most tile_bytes at a time (the whole interval in memory)."""
         row_bytes = max(1, sum(_row_bytes(inp.row_shape, inp.dtype) for inp in inps))
-        per_tile = max(1, self.executor.tile_bytes // row_bytes) if self.streamed else max(1, int(self.sizes.max()))
-        rows, first, count = [], [], []
-        for p, size in enumerate(self.sizes):
-            first.append(len(rows))
-            for start in range(0, max(int(size), 1), per_tile):
-                rows.append((p, start, min(int(size), start + per_tile)))
-            count.append(len(rows) - first[-1])
+        tile_bytes = self.executor.tile_bytes if self.streamed else row_bytes * max(1, int(self.sizes.max()))
+        rows = tiles_of(self.sizes, row_bytes, tile_bytes)
+        first = [next(t for t, row in enumerate(rows) if row[0] == p) for p in range(len(self.sizes))]
+        count = [sum(1 for row in rows if row[0] == p) for p in range(len(self.sizes))]
         return _Tiles(tf.constant(np.array(rows, np.int64).reshape(-1, 3)), tf.constant(first, tf.int32),
                       tf.constant(count, tf.int32), rows)
 
-    def _map_tiles(self, inps, fn, specs, items, outputs, replay=None, seeds=()):
+    def _map_tiles(self, inps, fn, specs, items, outputs, replay=None, seeds=(), offset=None):
         """fn(prologue(rows)) of every interval of the inputs, tile by tile: lane d runs the intervals items[d]
         and puts the results into the Blocks outputs[d][name] (a state dict keyed like `outputs` is returned);
         tile k draws with the seed states (of the prologue and `seeds`) + [0, k] (`replay`: a forward's bases)."""
@@ -148,6 +160,7 @@ class BlockedStage:
         prologue = self.prologue
         seeds = list(seeds)
         bases = (prologue.seed_bases(), tuple(v.read_value() for v in seeds)) if replay is None else replay
+        after = self._after
         states = {key: _fresh(blocks) for lane_outputs in outputs for key, blocks in lane_outputs.items()}
 
         def interval(d, p, states):
@@ -158,7 +171,7 @@ class BlockedStage:
             def tile(t, pieces):
                 start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
                 set_seeds(seeds, bases[1], first + t)  # tile k draws with base + [0, k] (again in backward)
-                rows = [inp.rows(p, start, stop) for inp in inps]
+                rows = [inp.rows(p, start, stop, first + t, offset, after) for inp in inps]
                 values = fn(prologue(rows, bases[0], first + t))
                 return t + 1, {name: pieces[name].write(t, values[name]) for name in pieces}
 
@@ -171,13 +184,14 @@ class BlockedStage:
         states = rounds(self.lanes, items, interval, states, self.executor.parallel)
         prologue.seed_end(bases[0], len(tiles.rows))
         set_seeds(seeds, bases[1], len(tiles.rows))
+        self._pass_done(states)
         return states, bases
 
-    def _hoist(self, inps, prefix, replay=None):
+    def _hoist(self, inps, prefix, replay=None, offset=None):
         """H: the hoisted rows of every interval, by key: ((blocks, states), seed bases)."""
         outputs = self._hoisted_outputs(prefix)
         states, seeds = self._map_tiles(inps, self.k.hoist, self.k.key_specs(), self._hoist_items(), outputs,
-                                        replay, self.k.seeds(self.k.hoist_variables()))
+                                        replay, self.k.seeds(self.k.hoist_variables()), offset)
         blocks = {key: b for lane_outputs in outputs for key, b in lane_outputs.items()}
         return (blocks, states), seeds
 
@@ -292,11 +306,12 @@ class BlockedStage:
         for name in kept.blocks if kept is not None else ():
             blocks[f"kept:{name}"], states[f"kept:{name}"] = kept.blocks[name], kept.states[name]
         columns = Arrays(blocks, states)
-        column_states, seeds = self.l.forward(rows, self.residency.chunks(self.lanes, 0, offset), columns,
+        column_states, seeds = self.l.forward(rows, self.residency.chunks(self.lanes, 0, offset, self._after), columns,
                                               finish if in_loop or kept is not None else None,
                                               None if replay is None else replay[0],
                                               self._selector(hoisted) if replay is None else None)
         columns = columns.with_states(column_states)
+        self._pass_done(column_states)
         if kept is None:
             finals = live.with_states({name: columns.states[name] for name in live.blocks})
         else:
@@ -436,7 +451,8 @@ class BlockedStage:
         d_out = BlockRows(self._array("d_out", self._host_home(), out_spec.shape[1:].as_list(), out_spec.dtype,
                                       path=args["d_out"][1]), args["d_out"][0])
         if self.kernels is None:
-            d_ins, d_weights = self._tiles_backward(inps, lambda y: {"out": y}, {"out": d_out}, record["seeds"], [])
+            d_ins, d_weights = self._tiles_backward(inps, lambda y: {"out": y}, {"out": d_out}, record["seeds"], [],
+                                                    self._offsets.get("backward_tiles"))
             return {"d_inputs": d_ins, "d_weights": d_weights}
         k = self.k
         forward = args["forward_prefix"]
@@ -447,7 +463,7 @@ class BlockedStage:
             kept = self._kept_of(forward, record["kept"])
         tile_seeds, chunk_seeds = record["seeds"]
         if hoisted is None or kept is None:  # recompute: H and C again, from the stage's input
-            hoisted, _ = self._hoist(inps, "re:", replay=tile_seeds)
+            hoisted, _ = self._hoist(inps, "re:", replay=tile_seeds, offset=self._offsets.get("recompute_tiles"))
             _, kept, _ = self._columns(hoisted, True, "re:", replay=chunk_seeds, offset=self._offsets["recompute"])
         d_hoisted = {key: self._array(f"dh:{_position(k, key)}", self._host_home(), shape, dtype)
                      for key, (shape, dtype) in k.key_specs().items()}
@@ -462,7 +478,8 @@ class BlockedStage:
         d_states.update(new_states)
         # H: the vertex stage's backward, tile by tile.
         d_keys = {key: BlockRows(d_hoisted[key], d_states[key]) for key in d_hoisted}
-        d_ins, d_weights = self._tiles_backward(inps, k.hoist, d_keys, tile_seeds, k.seeds(k.hoist_variables()))
+        d_ins, d_weights = self._tiles_backward(inps, k.hoist, d_keys, tile_seeds, k.seeds(k.hoist_variables()),
+                                                self._offsets.get("backward_tiles"))
         n = len(self.prologue.weights)
         layer = [a + b + c for a, b, c in zip(d_weights[n:], vertex_weights, chunk_weights)]
         return {"d_inputs": d_ins, "d_weights": d_weights[:n] + layer}
@@ -495,9 +512,11 @@ class BlockedStage:
     def _chunks_backward(self, hoisted, kept, d_columns, d_rows, seeds):
         k, lanes = self.k, self.lanes
         if lanes.ring is None:
-            return self.l.backward(_LaneRows(self, hoisted, 0), self.residency.chunks(lanes, 0, self._offsets["backward"]),
-                                   kept[0],
-                                   d_columns[0], d_rows, seeds)
+            states, weights = self.l.backward(
+                _LaneRows(self, hoisted, 0), self.residency.chunks(lanes, 0, self._offsets["backward"], self._after),
+                kept[0], d_columns[0], d_rows, seeds)
+            self._pass_done(states)
+            return states, weights
         chunks = [self.residency.chunks(lanes, d) for d in range(len(lanes))]
         if not k.column_wide:
             return self.ring.backward(lambda d, i: self._fetch(hoisted, d, i, k.source_keys), k.key_specs(),
@@ -570,12 +589,13 @@ class BlockedStage:
         set_seeds(seeds, bases, P)
         return [c.with_states(s) for c, s in zip(d_columns, column_states)], d_states, d_weights
 
-    def _tiles_backward(self, inps, fn, d_named, tile_seeds, seeds):
+    def _tiles_backward(self, inps, fn, d_named, tile_seeds, seeds, offset=None):
         """Recomputes fn(prologue(rows)) tile by tile under a tape (drawing the forward's random numbers) and
         returns (d of each input's rows: host-tier states, None for the store's features; d weights of the
         prologue's and fn's variables: the prologue's trainable ones, then the graph layer's weights)."""
         tiles = self._tiles(inps)
         prologue = self.prologue
+        after = self._after
         weights = list(prologue.weights) + (list(self.k.weights) if self.kernels is not None else [])
         d_ins = [None if inp.blocks is None else
                  self._array(f"d_in{k}", self._host_home(), inp.row_shape, inp.dtype) for k, inp in enumerate(inps)]
@@ -593,7 +613,7 @@ class BlockedStage:
             def tile(t, pieces, d_weights):
                 start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
                 set_seeds(seeds, tile_seeds[1], first + t)
-                xs = [inp.rows(p, start, stop) for inp in inps]
+                xs = [inp.rows(p, start, stop, first + t, offset, after) for inp in inps]
                 with tf.GradientTape() as tape:
                     tape.watch(xs)
                     values = fn(prologue(xs, tile_seeds[0], first + t))
@@ -657,15 +677,18 @@ class Rows:
         self._read, self.row_shape, self.dtype = read, tuple(row_shape), tf.as_dtype(dtype)
         self.blocks, self.state = blocks, state
 
-    def rows(self, part, start, stop):
-        return self._read(part, start, stop)
+    def rows(self, part, start, stop, tile=None, offset=None, after=None):
+        """Rows start..stop of interval `part`; `tile`, the tile's index, `offset`, where the pass's tiles start
+        in a training step's reads (plan.cache), and `after`, the previous pass's token, matter only to a reader
+        with a cache."""
+        return self._read(part, start, stop, tile, offset, after)
 
 
 class BlockRows(Rows):
     """Rows held in a Blocks array (the host tier), with its state."""
 
     def __init__(self, blocks: Blocks, state):
-        super().__init__(lambda part, start, stop: blocks.get_rows(state, part, start, stop), blocks.row_shape,
+        super().__init__(lambda part, start, stop, *_: blocks.get_rows(state, part, start, stop), blocks.row_shape,
                          blocks.dtype, blocks, state)
 
     def get(self, part):

@@ -267,7 +267,7 @@ class Executor:
         program, variables, weights = self._blocked_stage(index, stage, xs, training)
         prefix = self.spill_prefix(f"L{index}_forward")
         args = {"prologue": variables["prologue"], "layer": variables["layer"], "inputs": _states(xs),
-                "prefix": prefix, "cache": self._cache_offsets(index, training, ("forward",))}
+                "prefix": prefix, "cache": self._cache_offsets(index, training, ("forward", "forward_tiles"))}
         record = self.shared(("blocked_forward", program.signature), program.forward, args, program.name + "_forward")
         self._expect(program, "forward", prefix)
         out = BlockRows(program.result_blocks("forward", prefix)["out"], record["out"])
@@ -290,7 +290,8 @@ class Executor:
                 args = {"prologue": record["variables"]["prologue"], "layer": record["variables"]["layer"],
                         "inputs": _states(record["inputs"]), "record": record["record"],
                         "d_out": (d_out.state, _path(d_out.blocks)), "forward_prefix": record["prefix"],
-                        "prefix": prefix, "cache": self._cache_offsets(index, training, ("recompute", "backward"))}
+                        "prefix": prefix, "cache": self._cache_offsets(
+                            index, training, ("recompute", "backward", "recompute_tiles", "backward_tiles"))}
                 result = self.shared(("blocked_backward", program.signature), program.backward, args,
                                      program.name + "_backward")
                 self._expect(program, "backward", prefix)
@@ -349,10 +350,17 @@ class Executor:
         """The first stage's input from a store: its features, read tile by tile (by calls that wait for
         `after`: the input the step was given, so that no step starts before its input is read, and a failed
         read is not reported as the cancellation of that input's read)."""
-        reader, name = self.residency.reader, self.residency.features
-        row_shape, dtype = self.residency.input_spec(self.compute_dtype)
-        def rows(part, start, stop):
-            value = reader.rows(name, part, start, stop)
+        residency = self.residency
+        reader, name = residency.reader, residency.features
+        row_shape, dtype = residency.input_spec(self.compute_dtype)
+        cached = residency.cached and self.lanes.ring is None
+
+        def rows(part, start, stop, tile=None, offset=None, after=None):
+            if cached and tile is not None:  # through the cache, as its plan says (plan.cache)
+                value = reader.rows(name, part, start, stop, cache=residency.cache, key=residency.tile_key(tile),
+                                    keep=residency.cache_access(offset, tile, after), after=after)
+            else:
+                value = reader.rows(name, part, start, stop)
             value = copy_h2d(value) if self.copies else value
             return tf.cast(value, dtype) if value.dtype != dtype else value
 

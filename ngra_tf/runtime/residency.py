@@ -50,7 +50,7 @@ class InMemory:
         self.partition, self.graph = partition, partition.graph
         self._chunks = {}
 
-    def chunks(self, lanes, d, offset=None):
+    def chunks(self, lanes, d, offset=None, after=None):
         """Lane d's chunk source: the chunks of the columns it owns, packed on its device once (one lane: all)."""
         if d not in self._chunks:
             P = self.partition.num_parts
@@ -89,6 +89,7 @@ class Streamed:
         # The chunk cache, its plan and where each stage's loops start in a training step's accesses (the model
         # sets them from its budget: plan.budget.Budget).
         self.cache, self.cache_plan, self.cache_offsets = new_cache(), None, {}
+        self._plan_tables = None  # the plan's keep and evict tables as constants, made once
         weakref.finalize(self, cache_clear, self.cache)
 
     @property
@@ -101,14 +102,51 @@ class Streamed:
             self._reader = StoreReader(self.store, [self.features])
         return self._reader
 
-    def chunks(self, lanes, d, offset=None):
+    def chunks(self, lanes, d, offset=None, after=None):
         """Lane d's chunks: read on the host (and copied to the lane unless it is the host); on one lane with a
         cache plan, through the cache, at the training step's accesses from `offset` (None or < 0: lookups
-        only)."""
-        plan = self.cache_plan
-        if len(lanes) == 1 and plan is not None and plan.keep.any() and not self.selective and self.reader.cacheable:
-            return CachedChunks(self.reader, self.cache, self.cache_plan, offset, copy=self.copies(lanes.devices[d]))
+        only), once `after` (the previous pass's token) is computed: the plan is made in that order."""
+        if len(lanes) == 1 and self.cached:
+            return CachedChunks(self, offset, copy=self.copies(lanes.devices[d]), after=after)
         return CopiedChunks(self.reader, lanes.devices[d], copy=self.copies(lanes.devices[d]))
+
+    @property
+    def cached(self) -> bool:
+        """Whether reads go through the cache (a plan that keeps something, an npy store, no selective
+        scheduling, one lane: the plan is made for one)."""
+        plan = self.cache_plan
+        return plan is not None and bool(plan.keep.any()) and not self.selective and self.reader.cacheable
+
+    def cache_access(self, offset, step, after=None):
+        """At a training step's access offset + step (offset < 0 or None: not training): erases what the plan
+        evicts there (once `after` is computed) and gives whether to keep what is read (a bool tensor)."""
+        if offset is None or step is None:
+            return tf.constant(False)
+        plan = self.cache_plan
+        if self._plan_tables is None:
+            with tf.init_scope():  # eager constants, captured by every function that reads them
+                self._plan_tables = tf.constant(plan.keep), tf.constant(plan.evict)
+        tables = self._plan_tables
+        training = tf.cast(offset, tf.int32) >= 0
+        at = tf.maximum(tf.cast(offset, tf.int32) + tf.cast(step, tf.int32), 0)
+        if (plan.evict >= 0).any():
+            items = tf.where(training, tf.gather(tables[1], at), -1)
+            cache_erase(self.cache, self.cache_keys(items), after=0 if after is None else after)
+        return tf.logical_and(training, tf.gather(tables[0], at))
+
+    def cache_keys(self, items):
+        """The cache keys of plan items (a vector; -1: none): chunk k's arrays k * A + a (A arrays a chunk),
+        feature tile t (item P^2 + t) P^2 * A + t; -1 padded."""
+        P2, width = self.partition.num_parts ** 2, len(self.reader.arrays)
+        items = tf.cast(items, tf.int64)[:, None]
+        arrays = tf.range(width, dtype=tf.int64)[None]
+        none = tf.constant(-1, tf.int64)
+        chunks = items * width + arrays
+        tiles = tf.where(arrays == 0, P2 * width + items - P2, none)  # a tile's one key, then none
+        return tf.reshape(tf.where(items < 0, none, tf.where(items < P2, chunks, tiles)), [-1])
+
+    def tile_key(self, tile):
+        return self.partition.num_parts ** 2 * len(self.reader.arrays) + tf.cast(tile, tf.int64)
 
     def cache_offset(self, index, kind, training) -> int:
         """Where stage `index`'s `kind` loop ("forward", "recompute", "backward") starts in a training step's
@@ -152,30 +190,19 @@ class CopiedChunks:
 
 
 class CachedChunks:
-    """A store's chunks through the chunk cache (one lane, npy): chunk(k, step) is served from the cache when
-    k is there, else read; at a training step's access (offset + step) the read is kept, and chunks evicted,
-    as the plan says."""
+    """A store's chunks through the cache (one lane, npy): chunk(k, step) is served from the cache when k is
+    there, else read; at a training step's access (offset + step) the read is kept, and items evicted, as the
+    plan says."""
 
-    def __init__(self, reader, cache, plan, offset, copy=False):
-        self.reader, self.cache, self.copy = reader, cache, copy
-        self.index_dtype = reader.index_dtype
-        self.offset = offset
-        with tf.init_scope():  # the plan's tables, captured as constants
-            self.keep, self.evict = tf.constant(plan.keep), tf.constant(plan.evict)
-        self.evicts = bool((plan.evict >= 0).any())
+    def __init__(self, residency, offset, copy=False, after=None):
+        self.residency, self.offset, self.copy, self.after = residency, offset, copy, after
+        self.reader = residency.reader
+        self.index_dtype = self.reader.index_dtype
 
     def chunk(self, k, step=None):
-        keep = tf.constant(False)
-        if self.offset is not None and step is not None:
-            training = tf.cast(self.offset, tf.int32) >= 0
-            at = tf.maximum(tf.cast(self.offset, tf.int32) + tf.cast(step, tf.int32), 0)
-            keep = tf.logical_and(training, tf.gather(self.keep, at))
-            if self.evicts:  # every array of the chunks the plan evicts here (none outside training)
-                evicted = tf.where(training, tf.gather(self.evict, at), -1)[:, None]
-                width = len(self.reader.arrays)
-                keys = tf.where(evicted >= 0, evicted * width + tf.range(width, dtype=tf.int64)[None], -1)
-                cache_erase(self.cache, tf.reshape(keys, [-1]))
-        return _copied(self.reader.chunk(k, cache=self.cache, keep=keep), None, self.copy)
+        keep = self.residency.cache_access(self.offset, step, self.after)
+        return _copied(self.reader.chunk(k, cache=self.residency.cache, keep=keep, after=self.after), None,
+                       self.copy)
 
 
 def _copied(loaded, lane, copy):

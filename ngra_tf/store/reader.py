@@ -62,9 +62,9 @@ class _Table:
             if self.backend is store_npy:
                 self.offsets = tf.constant([_npy_data_offset(path) for path in full], tf.int64)
 
-    def read(self, k, start=None, stop=None, cache=-1, key=0, keep=False):
+    def read(self, k, start=None, stop=None, cache=-1, key=0, keep=False, after=None):
         """Rows start..stop (default: all) of entry k, as a host tensor; npy through `cache` (ngra_tf.ops.cache:
-        found under `key`, not read; read, cached when `keep`)."""
+        found under `key`, not read; read, cached when `keep`), once `after` is computed."""
         count = tf.gather(self.counts, k)
         start = tf.constant(0, tf.int64) if start is None else tf.cast(start, tf.int64)
         stop = count if stop is None else tf.cast(stop, tf.int64)
@@ -72,7 +72,8 @@ class _Table:
         shape = tf.concat([[stop - start], tf.constant(self.row_shape, tf.int64)], 0)
         if self.backend is store_npy:
             tensor = read_file(tf.gather(self.paths, k), tf.gather(self.offsets, k) + start * row_bytes, shape,
-                               tf.as_dtype(self.dtype), **self._identity(k), cache=cache, key=key, keep=keep)
+                               tf.as_dtype(self.dtype), **self._identity(k), cache=cache, key=key, keep=keep,
+                               after=after)
         else:
             tensor = tf.cond(stop > start, lambda: self._hdf5(k, start, stop, count),
                              lambda: tf.zeros(shape, tf.as_dtype(self.dtype)))
@@ -129,10 +130,12 @@ class StoreReader:
         """Whether chunk reads can go through a cache (npy stores; tensorflow-io reads HDF5 by itself)."""
         return self.store._backend is store_npy
 
-    def chunk(self, k, cache=-1, keep=False) -> LoadedChunk:
+    def chunk(self, k, cache=-1, keep=False, after=None) -> LoadedChunk:
         """Chunk k = i * P + j, read when the op runs (host tensors); through `cache` (an npy store's: see
-        `cacheable`), each array under the key k * len(self.arrays) + its position, kept there when `keep`."""
-        arrays = {name: table.read(k, cache=cache, key=tf.cast(k, tf.int64) * len(self._chunks) + a, keep=keep)
+        `cacheable`), each array under the key k * len(self.arrays) + its position, kept there when `keep`;
+        once `after` is computed."""
+        arrays = {name: table.read(k, cache=cache, key=tf.cast(k, tf.int64) * len(self._chunks) + a, keep=keep,
+                                   after=after)
                   for a, (name, table) in enumerate(self._chunks.items())}
         return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
                            arrays.get("edge_data"))
@@ -141,9 +144,9 @@ class StoreReader:
         """The shape of a row (after the edge axis) of chunk array `name`."""
         return self._chunks[name].row_shape
 
-    def rows(self, name, part, start=None, stop=None):
-        """Rows start..stop of interval `part` of vertex array `name` (host tensor)."""
-        return self._vertex[name].read(part, start, stop)
+    def rows(self, name, part, start=None, stop=None, cache=-1, key=0, keep=False, after=None):
+        """Rows start..stop of interval `part` of vertex array `name` (host tensor); through `cache` as chunk()."""
+        return self._vertex[name].read(part, start, stop, cache=cache, key=key, keep=keep, after=after)
 
     def row_spec(self, name):
         table = self._vertex[name]

@@ -130,3 +130,7 @@ def test_trace_summary_folds_loop_bodies_into_their_loop():
     nested = "Call/Rows/body/_3/Rows/Lane0/body/_8/Rows/Lane0/op:Op"
     assert trace_summary.event_name(nested) == "Call/Rows/Lane0/op:Op"
     assert trace_summary.event_name("Call/m/ApplyVertex/Relu:Relu") == "Call/m/ApplyVertex/Relu:Relu"
+    inlined = ("GCN_16_7_forward/ForwardChunkSteps/body/_1/GCN_16_7_forward/ForwardChunkSteps/FusedGather/"
+               "NgraFusedGather_tfg_inlined_GCN_16_7_forward/ForwardChunkSteps_1:NgraFusedGather")
+    assert trace_summary.event_name(inlined) == \
+        "GCN_16_7_forward/ForwardChunkSteps/FusedGather/NgraFusedGather:NgraFusedGather"

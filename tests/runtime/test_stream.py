@@ -206,42 +206,43 @@ def test_budget_picks_the_host_tier(tmp_path):
 
 @pytest.mark.parametrize("model,spill", [("gcn", "spill"), ("mpgcn", "recompute"), ("gat", "spill")])
 def test_the_chunk_cache_reads_the_least_the_schedule_needs(tmp_path, model, spill):
-    """Under a budget the chunk cache keeps what a training step reads again (Belady's plan): with room for
-    every chunk, no epoch after the first reads one; with room for some, an epoch reads what the plan says,
-    the least its schedule needs there. Training equals training in memory either way (and evaluation, which
-    only looks chunks up)."""
+    """Under a budget the chunk cache keeps the chunks and feature tiles a training step reads again (Belady's
+    plan): with room for all of them, no epoch after the first reads a byte; with room for some, every epoch
+    reads exactly what the plan says, the least its schedule needs there; with none, every pass reads again.
+    Training equals training in memory either way (and evaluation, which only looks chunks up)."""
     from ngra_tf.ops import cache_stats, file_stats  # noqa: PLC0415
 
     graph, arrays = _problem(model)
     probe_store = write_store(tmp_path / "probe", graph, 3, arrays)
-    features = NUM_VERTICES * WIDTH * 4  # read by the first stage forward, and again in its backward
     probe = _model(model, probe_store, spill=spill)
     probe.build(probe_store.array("features").shape)
     smallest = probe.memory_plan().working_set + probe.memory_plan().kept
-    chunks = sum(probe.memory_plan().chunk_bytes.values())
-    for room in (0, chunks // 2, chunks):
+    everything = sum(probe.memory_plan().chunk_bytes.values()) + NUM_VERTICES * WIDTH * 4  # chunks + features
+    for room in (0, everything // 2, everything):
         memory, streamed, store, _ = _pair(tmp_path / f"{room}", model, 3, spill=spill,
                                            memory_budget=smallest + room)
         plan = streamed.memory_plan().cache
-        assert plan is not None and plan.capacity == room
-        every = plan.reads_first if room == 0 else None
-        assert plan.reads_steady == (0 if room == chunks else every) if room != chunks // 2 else \
-            0 < plan.reads_steady and plan.cached_bytes <= room
+        assert plan is not None and plan.capacity == room and plan.cached_bytes <= room
+        if room == 0:
+            assert plan.reads_steady == plan.reads_first > 0
+        elif room == everything:
+            assert plan.reads_steady == 0 and plan.reads_first == everything
+        else:
+            assert 0 < plan.reads_steady < plan.reads_first
         expected = memory.fit(arrays["features"], arrays["labels"], sample_weight=arrays["train_mask"], epochs=3,
                               verbose=0).history
-        got = {}
-        for epoch in range(3):
+        got, reads = {}, []
+        for _ in range(3):
             file_stats(reset=True)
             history = streamed.fit(store.array("features"), store.array("labels"),
                                    sample_weight=store.array("train_mask"), epochs=1, verbose=0).history
-            read = file_stats()["read"]
+            reads.append(file_stats()["read"])
             got = {name: got.get(name, []) + history[name] for name in history}
-            if epoch > 0:
-                assert read == features * (2 if spill == "spill" else 3) + plan.reads_steady, (epoch, read)
+        assert reads == [plan.reads_first, plan.reads_steady, plan.reads_steady], (room, reads)
         _assert_same_training(memory, streamed, expected, got)
         np.testing.assert_allclose(streamed.predict(store.array("features"), verbose=0),
                                    memory.predict(arrays["features"], verbose=0), rtol=1e-4, atol=1e-4)
-        assert cache_stats(streamed.executor().residency.cache)["hits"] > 0 or plan.cached_bytes == 0
+        assert (cache_stats(streamed.executor().residency.cache)["hits"] > 0) == (room > 0)
 
 
 @pytest.mark.parametrize("options,message", [

@@ -57,17 +57,19 @@ def test_schedules_and_neugraph(work_dir):
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
     header = next(line for line in lines if line.strip().startswith("schedule |"))
-    for column in ("steady s", "first s", "h2d", "d2h", "read()", "write()", "time/ngra"):
+    for column in ("steady s", "first s", "h2d", "d2h", "file rd", "file wr", "least rd", "read()", "time/ngra"):
         assert column in header, header
     for schedule in ("ngra", "dest-order"):
         row = next(line for line in lines if line.strip().startswith(f"{schedule} |"))
-        _, times, moved, host, ratios = row.split("|")
+        _, times, copied, files, process, host, ratios = row.split("|")
         assert all(float(t) > 0 for t in times.split()), row
-        assert float(moved.split()[0]) > 0, row  # h2d MiB
+        assert [float(m) for m in copied.split()] == [0.0, 0.0], row  # the device is the host: nothing copied
+        read, _, least = files.split()
+        assert float(read) > 0 and (least == "all" or float(read) >= float(least)), row
+        assert float(process.split()[0]) > 0, row  # read() MiB
         assert host.strip() in ("memory", "disk"), row
-        time, h2d, reads, writes = ratios.split()
-        assert ratio(time) > 0 and ratio(h2d) > 0 and ratio(reads) > 0, row
-        assert writes == "-" or ratio(writes) >= 0, row  # "-": nothing written (the host tier in memory)
+        time, file_read, h2d = ratios.split()
+        assert ratio(time) > 0 and ratio(file_read) > 0 and h2d == "-", row
     assert "ngra: forward column by column, backward row by row" in done.stdout
     assert "dest-order: forward row by row, backward row by row" in done.stdout
     assert "NOT IMPLEMENTED" in done.stdout

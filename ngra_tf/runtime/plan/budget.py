@@ -68,12 +68,14 @@ class Budget:
     """
 
     def __init__(self, stages, store, layer, input_spec, *, spill, schedule, tile_bytes, weights_bytes, ring=None,
-                 copies=True, cache=True, budget=None):
+                 copies=True, cache=True, budget=None, features="features"):
         self.stages, self.store, self.budget = stages, store, budget
         self.spill, self.schedule, self.tile_bytes = spill, schedule, int(tile_bytes)
         self.ring, self.num_devices, self.copies = ring, 1 if ring is None else len(ring.order), bool(copies)
         self.signatures = set()
         self.layers = {}  # graph stage index -> its LayerPlan (for training)
+        self.tiles = {}  # stage index -> the row tiles it reads of the store's features (tiles_of)
+        self.features = features
         self.steps, self.resident, self.kept, self.shared_rows, self.summary = self._estimate(layer, input_spec,
                                                                                              weights_bytes)
         self.largest = max(self.steps, key=lambda step: step[1])
@@ -86,8 +88,14 @@ class Budget:
         self.cache, self.cache_offsets = None, {}
         if cache and budget is not None and self.num_devices == 1 and self.layers:
             room = budget - self.working_set - (self.kept if self.host == "memory" else 0)
-            items, self.cache_offsets = training_accesses(stages, self.layers, spill)
-            self.cache = CachePlan(items, self.chunk_bytes, max(0, room))
+            P2 = store.num_parts ** 2
+            items, self.cache_offsets = training_accesses(stages, self.layers, spill,
+                                                          {index: len(t) for index, t in self.tiles.items()}, P2)
+            sizes = dict(self.chunk_bytes)
+            stored = _bytes(*store.vertex_spec(features))
+            for tiles in self.tiles.values():
+                sizes.update({P2 + t: (stop - start) * stored for t, (_, start, stop) in enumerate(tiles)})
+            self.cache = CachePlan(items, sizes, max(0, room))
 
     def check(self):
         if self.budget is not None and self.working_set > self.budget:
@@ -124,6 +132,9 @@ class Budget:
         elif self.layers:
             why = "over several devices" if self.num_devices > 1 else "no budget" if self.budget is None else "off"
             lines.append(f"  chunk cache: none ({why}); a training step reads every chunk at every pass")
+        lines.append("  copies: none (the device is the host: chunks and rows are read, and kept, where the kernels "
+                     "read them)" if not self.copies else
+                     "  copies: every block moved between the host and a device is a counted copy (copy_h2d / d2h)")
         if self.ring is not None:
             lines.append(f"  shared source rows: {format_bytes(self.shared_rows)} per forward pass, loaded from the "
                          f"host {len(self.ring.routes(0))}x (once per route), passed on device to device")
@@ -152,6 +163,8 @@ class Budget:
             first = specs[stage.inputs[0]]
             in_row = sum(_bytes(specs[key].shape[1:], specs[key].dtype) for key in stage.inputs)
             tile = min(rows, max(1, self.tile_bytes // max(1, in_row)))
+            if INPUT in stage.inputs:
+                self.tiles[index] = tiles_of(sizes, in_row, self.tile_bytes)
             graph_spec = tf.TensorSpec([None] + list(stage.row_shape(first.shape[1:])), first.dtype)
             graph_in = _bytes(graph_spec.shape[1:], graph_spec.dtype)
             if stage.graph_layer is None:
@@ -205,6 +218,14 @@ class Budget:
         return steps, resident, kept_forward + backward_extra + gradients, shared_rows, summary
 
 
+def tiles_of(sizes, row_bytes: int, tile_bytes: int) -> list:
+    """The row tiles a per-vertex pass takes its input in: (interval, first row, stop row), at most tile_bytes
+    of input rows each, every interval at least one (the executor's BlockedStage walks the same tiles)."""
+    per_tile = max(1, int(tile_bytes) // max(1, int(row_bytes)))
+    return [(p, start, min(int(size), start + per_tile))
+            for p, size in enumerate(sizes) for start in range(0, max(int(size), 1), per_tile)]
+
+
 def _live_gradients(stages, specs) -> int:
     """The most row bytes of kept values' gradients alive at once in backward: a value read by several stages
     holds its gradient from its last reader's backward to its own stage's (the store's features have none)."""
@@ -218,5 +239,5 @@ def _live_gradients(stages, specs) -> int:
     return most
 
 
-__all__ = ["Budget", "MemoryBudgetError", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER",
+__all__ = ["Budget", "MemoryBudgetError", "tiles_of", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER",
            "RUNTIME_PER_SIGNATURE", "STEP_FACTOR"]

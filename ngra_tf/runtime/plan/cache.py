@@ -1,7 +1,8 @@
-"""Which reads of a training step the chunk cache serves: Belady's eviction over the step's known accesses.
+"""Which reads of a training step the cache serves: Belady's eviction over the step's known accesses.
 
-A training step reads chunks in an order the step tables fix in advance
-(every layer's forward, then every layer's backward, and again every step),
+A training step reads chunks, and the store's features tile by tile, in an
+order the step tables fix in advance (every layer's forward, then every
+layer's backward, and again every step),
 so the cache can evict what is needed furthest in the future (Belady's
 optimal policy) rather than what was used longest ago (LRU), which on a
 cyclic scan evicts exactly what comes next. `CachePlan` simulates the policy
@@ -35,20 +36,32 @@ class CachePlan:
         T = len(self.items)
         self.next_use = _next_uses(self.items)  # position of each access's item's next access (cyclically)
         contents = {}
-        first = None
         for _ in range(max_periods):
             start = dict(contents)
             keep, evict, reads, contents = self._period(contents)
-            if first is None:
-                first = reads
             if contents == start:  # the steady state: this period's decisions repeat
                 break
-        self.keep, self.reads_first, self.reads_steady = keep, first, reads
+        self.keep, self.reads_steady = keep, reads
+        self.reads_first = self._replay(keep, evict)
         width = max([len(e) for e in evict] + [1])
         self.evict = np.full((T, width), -1, np.int64)
         for t, dropped in enumerate(evict):
             self.evict[t, :len(dropped)] = dropped
         self.cached = {item: self.nbytes[item] for item in contents}  # what stays between steps
+
+    def _replay(self, keep, evict) -> int:
+        """The bytes a step reads when it runs these decisions from an empty cache (every step runs the steady
+        ones, the first too): at each access, drop its evictions, then read what is not held, keeping it if
+        asked."""
+        held, reads = set(), 0
+        for t, item in enumerate(self.items):
+            held.difference_update(evict[t])
+            item = int(item)
+            if item not in held:
+                reads += self.nbytes[item]
+                if keep[t]:
+                    held.add(item)
+        return reads
 
     @property
     def cached_bytes(self) -> int:
@@ -93,22 +106,41 @@ class CachePlan:
         return keep, evict, reads, {item: use - T for item, use in contents.items()}
 
 
-def training_accesses(stages, layers: dict, spill: str):
-    """The chunks a training step reads, in order, and where each stage's loops start in that order:
-    (chunk ids, {(stage index, "forward" | "recompute" | "backward"): offset}). `layers` maps a graph stage's
-    index to its LayerPlan; backward recomputes a stage's forward first under spill="recompute"."""
+def training_accesses(stages, layers: dict, spill: str, tiles: dict | None = None, num_chunks: int = 0):
+    """What a training step reads, in order, and where each stage's loops start in that order.
+
+    Items are chunk ids k (< num_chunks) and the row tiles of the store's
+    features, num_chunks + t. `layers` maps a graph stage's index to its
+    LayerPlan; `tiles` a stage that reads the store's features to its number
+    of tiles (read in order by its per-vertex pass, and again by its
+    backward). Backward recomputes a graph stage's forward first under
+    spill="recompute". Returns (items, {(stage index, kind): offset}), kinds
+    "forward", "recompute", "backward" (chunk loops) and the same with
+    "_tiles" (feature reads).
+    """
+    tiles = tiles or {}
     items, offsets = [], {}
 
-    def walk(index, kind, table):
+    def walk(index, kind, steps):
         offsets[(index, kind)] = len(items)
-        items.extend(int(k) for k in table[:, K])
+        items.extend(int(k) for k in steps)
 
-    for index in sorted(layers):
-        walk(index, "forward", layers[index].forward_steps)
-    for index in sorted(layers, reverse=True):
-        if spill == "recompute":
-            walk(index, "recompute", layers[index].forward_steps)
-        walk(index, "backward", layers[index].backward_steps)
+    def rows(index, kind):
+        if index in tiles:
+            walk(index, kind + "_tiles", num_chunks + np.arange(tiles[index]))
+
+    indices = range(len(stages)) if stages is not None else sorted(layers)
+    for index in indices:
+        rows(index, "forward")
+        if index in layers:
+            walk(index, "forward", layers[index].forward_steps[:, K])
+    for index in reversed(indices):
+        if index in layers:
+            if spill == "recompute":
+                rows(index, "recompute")
+                walk(index, "recompute", layers[index].forward_steps[:, K])
+            walk(index, "backward", layers[index].backward_steps[:, K])
+        rows(index, "backward")
     return items, offsets
 
 
