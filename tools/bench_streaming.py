@@ -383,9 +383,9 @@ def fig15(copies, results):
                 floor = cell.get("chunk_reads_min")
                 print(f"    file ops per steady epoch: read {fmt_mib(cell['files']['read'])} MiB, wrote "
                       f"{fmt_mib(cell['files']['written'])} MiB (spilled); chunk cache {fmt_mib(cell['chunk_cache'])} "
-                      f"MiB of the store's {fmt_mib(cell['chunks_bytes'])} MiB of chunks: a training step reads at "
-                      f"least {'every chunk at every pass' if floor is None else fmt_mib(floor) + ' MiB'} of chunks "
-                      f"and features",
+                      f"MiB of the store's {fmt_mib(cell['chunks_bytes'])} MiB of chunks: a training step reads "
+                      + ("every chunk and feature tile at every pass" if floor is None else
+                         f"at least {fmt_mib(floor)} MiB of chunks and features"),
                       flush=True)
         if vs_memory is not None:
             verdict = "within" if vs_memory <= GOAL_VS_MEMORY else "MORE than"
@@ -426,7 +426,8 @@ def schedules_mode(copies, results):
           f"(V={store.num_vertices}, E={store.num_edges}, P={store.num_parts}), memory budget {budget}; "
           f"seconds: median of {FLAGS.epochs} epoch(s) after the first, [first]; MiB per steady epoch "
           f"(medians): copy ops h2d/d2h, file ops read/written beside the least a step reads of the chunks and "
-          f"features at this budget, process read()/write() (rchar/wchar) and disk (read_bytes/write_bytes)", flush=True)
+          f"features at this budget, process read()/write() (rchar/wchar) and disk (read_bytes/write_bytes)",
+          flush=True)
     print(f"{'schedule':>10} | {'steady s':>9} {'first s':>8} | {'h2d':>8} {'d2h':>8} | {'file rd':>8} "
           f"{'file wr':>8} {'least rd':>8} | {'read()':>8} {'write()':>8} {'disk rd':>8} {'disk wr':>8} | "
           f"{'host':>6} | {'time/ngra':>9} {'file rd/ngra':>12} {'h2d/ngra':>8}", flush=True)

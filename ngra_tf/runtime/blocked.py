@@ -4,8 +4,8 @@ Everything is a loop over blocks of rows (ngra_tf.runtime.blocks) whose
 states the loops carry; the memory a budget bounds holds one step's data.
 Per stage, forward:
 
-    H  the prologue and the graph layer's hoisted vertex stage, tile by tile (at most tile_bytes of input
-       rows at a time), each interval on one lane (ngra_tf.runtime.lanes), into the host tier
+    H  the prologue and the graph layer's hoisted vertex stage, tile by tile (ngra_tf.runtime.tiles: at most
+       tile_bytes of input rows at a time), each interval on one lane (ngra_tf.runtime.lanes), into the host tier
     C  the chunk loops: ChunkLoops (one lane, column by column) or RingLoops (several, row by row)
     V  ApplyVertex per column on its owner: at the column's last chunk (ngra, one lane), or after the loop
 
@@ -25,8 +25,6 @@ tape) and the stage here is the graph layer alone.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
@@ -36,10 +34,10 @@ from ngra_tf.ops.copy import copy_d2d, copy_h2d
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, rounds
 from ngra_tf.runtime.loops import Arrays, set_seeds
-from ngra_tf.runtime.plan.budget import tiles_of
 from ngra_tf.runtime.residency import on_lane
 from ngra_tf.runtime.ring_loops import RingLoops
 from ngra_tf.runtime.spill import file_name
+from ngra_tf.runtime.tiles import BlockRows, BoundPrologue, RowTiles, TilePasses, fresh, gradients, row_bytes
 
 
 class BlockedStage:
@@ -58,7 +56,7 @@ class BlockedStage:
         self.streamed = self.residency.streamed
         self.sizes = executor.sizes
         self.layouts = {}  # call kind -> {file name: bytes}: the spill files a call writes under its prefix
-        self._bound = None
+        self.tile_passes = TilePasses(self.lanes, executor.parallel)
 
     # ---- binding a call's arguments ----
 
@@ -99,7 +97,7 @@ class BlockedStage:
         if home == "disk" and path is None:
             file = file_name(role) + ".bin"
             path = tf.strings.join([self._prefix, file])
-            self.layouts[self._kind][file] = int(np.sum(self.sizes)) * _row_bytes(row_shape, dtype)
+            self.layouts[self._kind][file] = int(np.sum(self.sizes)) * row_bytes(row_shape, dtype)
         return Blocks(name or role, home, self.sizes, row_shape, dtype, device=device, host=self.lanes.host,
                       path=path if home == "disk" else None, copies=self.executor.copies)
 
@@ -142,48 +140,19 @@ class BlockedStage:
 
     # ---- per-vertex passes: row tiles ----
 
-    def _tiles(self, inps):
+    def _tiles(self, inps) -> RowTiles:
         """Each interval's tiles: rows of the inputs at most tile_bytes at a time (the whole interval in memory)."""
-        row_bytes = max(1, sum(_row_bytes(inp.row_shape, inp.dtype) for inp in inps))
-        tile_bytes = self.executor.tile_bytes if self.streamed else row_bytes * max(1, int(self.sizes.max()))
-        rows = tiles_of(self.sizes, row_bytes, tile_bytes)
-        first = [next(t for t, row in enumerate(rows) if row[0] == p) for p in range(len(self.sizes))]
-        count = [sum(1 for row in rows if row[0] == p) for p in range(len(self.sizes))]
-        return _Tiles(tf.constant(np.array(rows, np.int64).reshape(-1, 3)), tf.constant(first, tf.int32),
-                      tf.constant(count, tf.int32), rows)
+        width = max(1, sum(row_bytes(inp.row_shape, inp.dtype) for inp in inps))
+        return RowTiles.of(self.sizes, width,
+                           self.executor.tile_bytes if self.streamed else width * max(1, int(self.sizes.max())))
 
     def _map_tiles(self, inps, fn, specs, items, outputs, replay=None, seeds=(), offset=None):
-        """fn(prologue(rows)) of every interval of the inputs, tile by tile: lane d runs the intervals items[d]
-        and puts the results into the Blocks outputs[d][name] (a state dict keyed like `outputs` is returned);
-        tile k draws with the seed states (of the prologue and `seeds`) + [0, k] (`replay`: a forward's bases)."""
-        tiles = self._tiles(inps)
-        prologue = self.prologue
+        """TilePasses.forward of fn over the inputs (`replay`: a forward's seed bases, else drawn now): (the
+        outputs' states, the seed bases)."""
         seeds = list(seeds)
-        bases = (prologue.seed_bases(), tuple(v.read_value() for v in seeds)) if replay is None else replay
-        after = self._after
-        states = {key: _fresh(blocks) for lane_outputs in outputs for key, blocks in lane_outputs.items()}
-
-        def interval(d, p, states):
-            first, count = tiles.first[p], tiles.count[p]
-            pieces = {name: tf.TensorArray(dtype, size=count, element_shape=tf.TensorShape([None] + list(shape)),
-                                           infer_shape=False) for name, (shape, dtype) in specs.items()}
-
-            def tile(t, pieces):
-                start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
-                set_seeds(seeds, bases[1], first + t)  # tile k draws with base + [0, k] (again in backward)
-                rows = [inp.rows(p, start, stop, first + t, offset, after) for inp in inps]
-                values = fn(prologue(rows, bases[0], first + t))
-                return t + 1, {name: pieces[name].write(t, values[name]) for name in pieces}
-
-            _, pieces = tf.while_loop(lambda t, *_: t < count, tile, (tf.constant(0), pieces))
-            states = dict(states)
-            for key, blocks in outputs[d].items():
-                states[key] = blocks.put(states[key], p, pieces[blocks.name].concat())
-            return states
-
-        states = rounds(self.lanes, items, interval, states, self.executor.parallel)
-        prologue.seed_end(bases[0], len(tiles.rows))
-        set_seeds(seeds, bases[1], len(tiles.rows))
+        bases = (self.prologue.seed_bases(), tuple(v.read_value() for v in seeds)) if replay is None else replay
+        states = self.tile_passes.forward(self._tiles(inps), inps, self.prologue, fn, specs, items, outputs, bases,
+                                          seeds, offset, self._after)
         self._pass_done(states)
         return states, bases
 
@@ -267,7 +236,7 @@ class BlockedStage:
 
     def _column_arrays(self, home, filled, prefix, device=None) -> Arrays:
         blocks = self._column_blocks(home, prefix, device)
-        states = {name: (b.filled(_fill(name)) if filled or home == "disk" else _fresh(b))
+        states = {name: (b.filled(_fill(name)) if filled or home == "disk" else fresh(b))
                   for name, b in blocks.items()}
         return Arrays(blocks, states)
 
@@ -294,7 +263,7 @@ class BlockedStage:
             for name in live.blocks if kept is not None else ():
                 cols.put(f"kept:{name}", j, cols.get(name, j))
             if in_loop:
-                accumulated = [_finish(cols.get(f"acc{r}", j), reduce, self.l.degree, self.l.bounds, j)
+                accumulated = [column_result(cols.get(f"acc{r}", j), reduce, self.l.degree, self.l.bounds, j)
                                for r, reduce in enumerate(k.reduces)]
                 cols.put("out", j, k.vertex(accumulated, rows.rows(k.vertex_keys, j)))
             if self.streamed:
@@ -302,7 +271,7 @@ class BlockedStage:
                     cols.put(name, j, tf.zeros([0] + list(blocks.row_shape), blocks.dtype))
             return cols
 
-        blocks, states = dict(live.blocks, out=out), dict(live.states, out=_fresh(out))
+        blocks, states = dict(live.blocks, out=out), dict(live.states, out=fresh(out))
         for name in kept.blocks if kept is not None else ():
             blocks[f"kept:{name}"], states[f"kept:{name}"] = kept.blocks[name], kept.states[name]
         columns = Arrays(blocks, states)
@@ -385,7 +354,7 @@ class BlockedStage:
         kept = None
         if keep and self.streamed:  # what backward reloads: A[j] (and winners, statistics) in the host tier
             kept = self._column_arrays(self._host_home(), True, f"{prefix}kept:")
-        out_state, kept, vertex_seeds = self._vertex_pass(hoisted, live, out, _fresh(out), owned, kept,
+        out_state, kept, vertex_seeds = self._vertex_pass(hoisted, live, out, fresh(out), owned, kept,
                                                           None if replay is None else replay[1])
         kept = live if not self.streamed else [kept] * len(lanes) if kept is not None else None
         return out_state, (kept if keep or not self.streamed else None), (seeds, vertex_seeds)
@@ -425,7 +394,7 @@ class BlockedStage:
                 rows = tf.cast(tf.gather(self.l.sizes, j), tf.int32)
                 zeros = tf.zeros(tf.concat([[rows], tf.constant(k.feature_shape, tf.int32)], 0), k.dtype)
                 value = tf.cond(has_chunks[j], lambda r=r: source.get(f"acc{r}", j), lambda zeros=zeros: zeros)
-                accumulated.append(_finish(value, reduce, self.l.degree, self.l.bounds, j))
+                accumulated.append(column_result(value, reduce, self.l.degree, self.l.bounds, j))
             vertex_rows = _LaneRows(self, hoisted, d).rows(k.vertex_keys, j)
             out_state = out.put(out_state, j, k.vertex(accumulated, vertex_rows))
             if kept is not None:
@@ -554,7 +523,7 @@ class BlockedStage:
             blocks = {f"acc{r}": self._array(f"dA{r}@{d}", home, k.feature_shape, k.dtype, device=lane,
                                              name=f"acc{r}") for r in range(len(k.reduces))}
             with on_lane(lane):
-                d_columns.append(Arrays(blocks, {name: _fresh(b) for name, b in blocks.items()}))
+                d_columns.append(Arrays(blocks, {name: fresh(b) for name, b in blocks.items()}))
         seeds = k.seeds(k.vertex_variables())
         weights = k.weights
 
@@ -566,7 +535,7 @@ class BlockedStage:
             watched = accumulated + list(vertex_rows.values())
             with tf.GradientTape() as tape:
                 tape.watch(watched)
-                finished = [_finish(a, reduce, self.l.degree, self.l.bounds, j)
+                finished = [column_result(a, reduce, self.l.degree, self.l.bounds, j)
                             for a, reduce in zip(accumulated, k.reduces)]
                 out = k.vertex(finished, vertex_rows)
             result = gradients(tape, out, watched + weights, d_out.get(j))
@@ -590,109 +559,13 @@ class BlockedStage:
         return [c.with_states(s) for c, s in zip(d_columns, column_states)], d_states, d_weights
 
     def _tiles_backward(self, inps, fn, d_named, tile_seeds, seeds, offset=None):
-        """Recomputes fn(prologue(rows)) tile by tile under a tape (drawing the forward's random numbers) and
-        returns (d of each input's rows: host-tier states, None for the store's features; d weights of the
-        prologue's and fn's variables: the prologue's trainable ones, then the graph layer's weights)."""
-        tiles = self._tiles(inps)
-        prologue = self.prologue
-        after = self._after
-        weights = list(prologue.weights) + (list(self.k.weights) if self.kernels is not None else [])
+        """TilePasses.backward: (d of each input's rows: host-tier states, None for the store's features; d
+        weights of the prologue's and fn's variables: the prologue's trainable ones, then the graph layer's)."""
+        weights = list(self.prologue.weights) + (list(self.k.weights) if self.kernels is not None else [])
         d_ins = [None if inp.blocks is None else
                  self._array(f"d_in{k}", self._host_home(), inp.row_shape, inp.dtype) for k, inp in enumerate(inps)]
-        wanted = [k for k, d_in in enumerate(d_ins) if d_in is not None]
-        zero = [tf.zeros(tf.shape(w), w.dtype) for w in weights]
-        names = list(d_named)
-
-        def interval(d, p, carried):
-            d_states, d_weights = carried
-            first, count = tiles.first[p], tiles.count[p]
-            pieces = [tf.TensorArray(inps[k].dtype, size=count, infer_shape=False,
-                                     element_shape=tf.TensorShape([None] + list(inps[k].row_shape))) for k in wanted]
-            d_blocks = {name: d_named[name].get(p) for name in names}
-
-            def tile(t, pieces, d_weights):
-                start, stop = tiles.table[first + t][1], tiles.table[first + t][2]
-                set_seeds(seeds, tile_seeds[1], first + t)
-                xs = [inp.rows(p, start, stop, first + t, offset, after) for inp in inps]
-                with tf.GradientTape() as tape:
-                    tape.watch(xs)
-                    values = fn(prologue(xs, tile_seeds[0], first + t))
-                targets = [values[name] for name in names]
-                result = gradients(tape, targets, [xs[k] for k in wanted] + weights,
-                                   [d_blocks[name][start:stop] for name in names])
-                pieces = [piece.write(t, value) for piece, value in zip(pieces, result)]
-                return t + 1, pieces, [a + b for a, b in zip(d_weights, result[len(wanted):])]
-
-            _, pieces, d_weights = tf.while_loop(lambda t, *_: t < count, tile, (tf.constant(0), pieces, d_weights))
-            d_states = tuple(d_ins[k].put(state, p, piece.concat()) for k, state, piece in zip(wanted, d_states, pieces))
-            return d_states, d_weights
-
-        d_states = tuple(_fresh(d_ins[k]) for k in wanted)
-        d_states, d_weights = rounds(self.lanes, by_lane(self.lanes, self.lanes.loaders()), interval,
-                                     (d_states, zero), self.executor.parallel)
-        prologue.seed_end(tile_seeds[0], len(tiles.rows))
-        set_seeds(seeds, tile_seeds[1], len(tiles.rows))
-        found = dict(zip(wanted, d_states))
-        return [None if d_in is None else found[k] for k, d_in in enumerate(d_ins)], d_weights
-
-
-class BoundPrologue:
-    """A stage's prologue (a Keras functional model, or None) run on a caller's variables: Keras's
-    stateless_call with the values of `variables` ({"trainable": [...], "state": [...]}: tf.Variables at the
-    positions of the prologue's own). Its seed generators (dropout) draw with the states given per tile."""
-
-    def __init__(self, prologue, variables, training):
-        self.prologue, self.training = prologue, training
-        self.weights = list(variables["trainable"])
-        self.state = list(variables["state"])
-        own = [] if prologue is None else prologue.non_trainable_variables
-        self._is_seed = ["seed_generator_state" in v.path for v in own]
-
-    @property
-    def seeds(self):
-        return [v for v, seed in zip(self.state, self._is_seed) if seed]
-
-    def seed_bases(self):
-        return tuple(v.read_value() for v in self.seeds)
-
-    def seed_end(self, bases, k):
-        set_seeds(self.seeds, bases, k)
-
-    def __call__(self, xs, bases, k):
-        """The prologue on rows xs (one tensor per input), its seeds at base + [0, k]."""
-        if self.prologue is None:
-            return xs[0]
-        draws = iter(bases)
-        state = [next(draws) + tf.cast(tf.stack([0, k]), v.dtype) if seed else v.value()
-                 for v, seed in zip(self.state, self._is_seed)]
-        out, _ = self.prologue.stateless_call([w.value() for w in self.weights], state,
-                                              list(xs) if len(xs) > 1 else xs[0], training=self.training)
-        return out
-
-
-class Rows:
-    """A stage's input as blocks of rows: rows(part, start, stop) on the device."""
-
-    def __init__(self, read, row_shape, dtype, blocks=None, state=None):
-        self._read, self.row_shape, self.dtype = read, tuple(row_shape), tf.as_dtype(dtype)
-        self.blocks, self.state = blocks, state
-
-    def rows(self, part, start, stop, tile=None, offset=None, after=None):
-        """Rows start..stop of interval `part`; `tile`, the tile's index, `offset`, where the pass's tiles start
-        in a training step's reads (plan.cache), and `after`, the previous pass's token, matter only to a reader
-        with a cache."""
-        return self._read(part, start, stop, tile, offset, after)
-
-
-class BlockRows(Rows):
-    """Rows held in a Blocks array (the host tier), with its state."""
-
-    def __init__(self, blocks: Blocks, state):
-        super().__init__(lambda part, start, stop, *_: blocks.get_rows(state, part, start, stop), blocks.row_shape,
-                         blocks.dtype, blocks, state)
-
-    def get(self, part):
-        return self.blocks.get(self.state, part)
+        return self.tile_passes.backward(self._tiles(inps), inps, self.prologue, fn, d_named, d_ins, weights,
+                                         tile_seeds, seeds, offset, self._after)
 
 
 class _LaneRows:
@@ -707,32 +580,14 @@ class _LaneRows:
         return self.stage._fetch(self.hoisted, self.d, part, keys)
 
 
-@dataclasses.dataclass
-class _Tiles:
-    table: tf.Tensor  # [tiles, 3]: interval, first row, stop row
-    first: tf.Tensor  # [P]: each interval's first tile
-    count: tf.Tensor  # [P]: its number of tiles
-    rows: list
-
-
 def _position(kernels, key) -> int:
     """A row key's position among the kernels' keys (file names must not depend on traced tensors' names)."""
     return kernels.keys.index(key)
 
 
-def _row_bytes(row_shape, dtype) -> int:
-    return int(np.prod(row_shape, dtype=np.int64)) * tf.as_dtype(dtype).size
-
-
 def _fill(name) -> int:
     """What an array starts as: -1 for max / min winners, 0 otherwise."""
     return -1 if name.startswith(("won", "edge")) else 0
-
-
-def _fresh(blocks):
-    """A state with nothing written yet (every block is put before it is read)."""
-    with on_lane(blocks.device if blocks.home == "device" else blocks.host):
-        return blocks.empty()
 
 
 def _filler(blocks, rows):
@@ -748,7 +603,7 @@ def _zero_arrays(like: Arrays, names, device):
         return Arrays(blocks, {name: b.filled(0) for name, b in blocks.items()})
 
 
-def _finish(column_sums, reduce, degree, bounds=None, j=None):
+def column_result(column_sums, reduce, degree, bounds=None, j=None):
     """A[j] from the chain's result: mean divides the column sums by the in-degree (of interval j's rows, or
     of all rows in interval order)."""
     if reduce != "mean":
@@ -764,10 +619,4 @@ def per_row(degree, like, bounds=None, j=None):
     return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
 
 
-def gradients(tape, targets, sources, output_gradients):
-    """tape.gradient with zeros (not None) for sources the targets do not depend on."""
-    result = tape.gradient(targets, sources, output_gradients=output_gradients)
-    return [tf.zeros(tf.shape(s), s.dtype) if g is None else tf.convert_to_tensor(g) for s, g in zip(sources, result)]
-
-
-__all__ = ["BlockRows", "BlockedStage", "BoundPrologue", "Rows", "gradients", "per_row"]
+__all__ = ["BlockedStage", "column_result", "per_row"]

@@ -79,9 +79,18 @@ class Blocks:
     def filled(self, value=0):
         """A state whose every block holds `value`."""
         if self.home == "disk":
+            # Interval by interval, each block's shape a loop value: the whole array of `value` is never made,
+            # nor folded by Grappler into a constant the graph would hold (one per array and call site).
+            sizes, row_shape = tf.constant(self.sizes), tf.constant(self.row_shape, tf.int64)
+
+            def fill(p, written):
+                block = tf.fill(tf.concat([[tf.gather(sizes, p)], row_shape], 0), tf.cast(value, self.dtype))
+                offset = tf.gather(self.bounds, p) * self.row_bytes
+                return p + 1, written + write_file(self.path, offset, block, after=written)
+
             with tf.device(self.host):
-                rows = tf.fill([int(self.bounds[-1])] + list(self.row_shape), tf.cast(value, self.dtype))
-                return write_file(self.path, tf.constant(0, tf.int64), rows)
+                return tf.while_loop(lambda p, _: p < len(self.sizes), fill,
+                                     (tf.constant(0), tf.constant(0, tf.int64)))[1]
         with self._where():
             rows = tf.fill([int(self.bounds[-1])] + list(self.row_shape), tf.cast(value, self.dtype))
             return self.empty().split(rows, tf.constant(self.sizes))

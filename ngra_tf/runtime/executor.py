@@ -35,7 +35,8 @@ from ngra_tf import tf_compat
 from ngra_tf.compiler.kernels import tf_variable
 from ngra_tf.ops.copy import copy_h2d
 from ngra_tf.runtime.plan import compile_layer, tables as sched
-from ngra_tf.runtime.blocked import BlockedStage, BlockRows, Rows, gradients
+from ngra_tf.runtime.blocked import BlockedStage
+from ngra_tf.runtime.tiles import BlockRows, Rows, gradients
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, lanes_for, rounds
 from ngra_tf.runtime.loops import PARALLEL_STEPS, ChunkLoops

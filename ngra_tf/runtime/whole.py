@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ngra_tf.runtime.blocked import _finish, gradients, per_row
+from ngra_tf.runtime.blocked import column_result, per_row
+from ngra_tf.runtime.tiles import gradients
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.loops import Arrays, set_seeds
 
@@ -49,7 +50,7 @@ class WholeStage:
         columns = self._column_arrays(loops)
         column_states, chunk_seeds = loops.forward(rows, self._chunks(), columns)
         columns = columns.with_states(column_states)
-        accumulated = [self.executor.to_users(_finish(columns.blocks[f"acc{r}"].concat(columns.states[f"acc{r}"]),
+        accumulated = [self.executor.to_users(column_result(columns.blocks[f"acc{r}"].concat(columns.states[f"acc{r}"]),
                                                       reduce, loops.degree))
                        for r, reduce in enumerate(k.reduces)]
         vertex_bases = tuple(v.read_value() for v in vertex_seeds)
