@@ -33,7 +33,7 @@ from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.copy import copy_d2d, copy_h2d
 from ngra_tf.runtime.blocks import Blocks
 from ngra_tf.runtime.lanes import by_lane, rounds
-from ngra_tf.runtime.loops import Arrays, set_seeds
+from ngra_tf.runtime.loops import Arrays, column_result, set_seeds
 from ngra_tf.runtime.residency import on_lane
 from ngra_tf.runtime.ring_loops import RingLoops
 from ngra_tf.runtime.spill import file_name
@@ -603,20 +603,4 @@ def _zero_arrays(like: Arrays, names, device):
         return Arrays(blocks, {name: b.filled(0) for name, b in blocks.items()})
 
 
-def column_result(column_sums, reduce, degree, bounds=None, j=None):
-    """A[j] from the chain's result: mean divides the column sums by the in-degree (of interval j's rows, or
-    of all rows in interval order)."""
-    if reduce != "mean":
-        return column_sums
-    return column_sums / per_row(degree, column_sums, bounds, j)
-
-
-def per_row(degree, like, bounds=None, j=None):
-    values = tf.constant(degree.clip(min=1), like.dtype)
-    if j is not None:
-        values = values[bounds[j]:bounds[j + 1]] if isinstance(j, int) else \
-            values[tf.gather(tf.constant(bounds), j):tf.gather(tf.constant(bounds), j + 1)]
-    return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
-
-
-__all__ = ["BlockedStage", "column_result", "per_row"]
+__all__ = ["BlockedStage"]

@@ -305,4 +305,20 @@ def _interval(values, bounds, part):
     return values[bounds[part]:bounds[part + 1]]
 
 
-__all__ = ["Arrays", "ChunkLoops", "PARALLEL_STEPS", "backward_aux"]
+def column_result(column_sums, reduce, degree, bounds=None, j=None):
+    """A[j] from the chain's result: mean divides the column sums by the in-degree (of interval j's rows, or
+    of all rows in interval order)."""
+    if reduce != "mean":
+        return column_sums
+    return column_sums / per_row(degree, column_sums, bounds, j)
+
+
+def per_row(degree, like, bounds=None, j=None):
+    values = tf.constant(degree.clip(min=1), like.dtype)
+    if j is not None:
+        values = values[bounds[j]:bounds[j + 1]] if isinstance(j, int) else \
+            values[tf.gather(tf.constant(bounds), j):tf.gather(tf.constant(bounds), j + 1)]
+    return tf.reshape(values, [-1] + [1] * (like.shape.rank - 1))
+
+
+__all__ = ["Arrays", "ChunkLoops", "PARALLEL_STEPS", "backward_aux", "column_result", "per_row"]

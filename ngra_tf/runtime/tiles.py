@@ -44,7 +44,8 @@ class RowTiles:
 
 
 class TilePasses:
-    """The passes over `lanes` (`parallel`: lanes' rounds run side by side)."""
+    """A stage's per-vertex passes over row tiles, each interval on a lane of `lanes` (`parallel`: how many
+    rounds of intervals may run at once, lanes.rounds)."""
 
     def __init__(self, lanes, parallel):
         self.lanes, self.parallel = lanes, parallel

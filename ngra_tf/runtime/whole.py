@@ -21,10 +21,9 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from ngra_tf.runtime.blocked import column_result, per_row
-from ngra_tf.runtime.tiles import gradients
 from ngra_tf.runtime.blocks import Blocks
-from ngra_tf.runtime.loops import Arrays, set_seeds
+from ngra_tf.runtime.loops import Arrays, column_result, per_row, set_seeds
+from ngra_tf.runtime.tiles import gradients
 
 
 class WholeStage:
