@@ -68,7 +68,7 @@ class SharedFunctions:
         function, traced_dtypes, out_dtypes = entry
         if traced_dtypes != in_dtypes:
             raise AssertionError(f"the loop {key[0]} was called with arguments unlike those it was traced with")
-        return _arrays(out_dtypes["out"], function(_flows(args)))
+        return _arrays(out_dtypes["out"], function(tf.nest.map_structure(_opaque, _flows(args))))
 
 
 def _array_dtypes(structure):
@@ -80,6 +80,15 @@ def _flows(structure):
     retrace the function for every value."""
     return tf.nest.map_structure(lambda v: v.flow if isinstance(v, tf.TensorArray) else
                                  tf.constant(v, tf.string) if isinstance(v, str) else v, structure)
+
+
+def _opaque(value):
+    """A constant argument as a value Grappler does not fold: given a constant, its function optimizer
+    specialises the function for that call site (a copy of the body per layer: a 16-layer residual GCN's
+    steps peaked 245 MiB higher)."""
+    if isinstance(value, tf.Tensor) and not tf.executing_eagerly() and value.op.type == "Const":
+        return tf.raw_ops.PlaceholderWithDefault(input=value, shape=value.shape)
+    return value
 
 
 def _arrays(dtypes, structure):
