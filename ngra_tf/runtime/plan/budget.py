@@ -127,9 +127,11 @@ class Budget:
                      f"in {tier}")
         store = sum(self.chunk_bytes.values())
         if self.cache is not None:
-            lines.append(f"  chunk cache {format_bytes(self.cache.capacity)}: keeps {format_bytes(self.cache.cached_bytes)} "
-                         f"of the chunks' {format_bytes(store)} between steps; a training step reads "
-                         f"{format_bytes(self.cache.reads_steady)} of chunks (the first "
+            features = sum(self.cache.nbytes.values()) - store
+            lines.append(f"  chunk cache {format_bytes(self.cache.capacity)}: keeps "
+                         f"{format_bytes(self.cache.cached_bytes)} between steps, of the chunks' {format_bytes(store)} "
+                         f"and the feature tiles' {format_bytes(features)}; a training step reads "
+                         f"{format_bytes(self.cache.reads_steady)} of them (the first "
                          f"{format_bytes(self.cache.reads_first)}), the least its schedule needs at this budget")
         elif self.layers:
             why = "over several devices" if self.num_devices > 1 else "no budget" if self.budget is None else "off"
