@@ -233,7 +233,7 @@ def train_once(inputs, seed):
     if FLAGS.explain:
         model.explain()
     timer = EpochTimer()  # first, so that the other callbacks' epoch-end work is not counted
-    callbacks = [timer]
+    callbacks = [timer, StopCheck()]
     if FLAGS.backup_dir:
         callbacks.append(ngra_tf.callbacks.BackupAndRestore(FLAGS.backup_dir))
     if recipe.patience:
@@ -379,10 +379,25 @@ def validate_flags():
     return topology
 
 
-def stop_on_sigterm(signum, frame):
+STOPPED_BY = []  # the signal that stopped training, once one has
+
+
+def stop_training(signum, frame):
     """SIGTERM stops training as Ctrl-C does (Python's default kills at once), so the model's cleanup runs:
-    its spill files go."""
-    raise KeyboardInterrupt("SIGTERM")
+    its spill files go. Remembered too: an interrupt that lands in a finalizer is ignored there, and
+    StopCheck raises it again at the next batch."""
+    STOPPED_BY.append("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)")
+    raise KeyboardInterrupt(STOPPED_BY[0])
+
+
+class StopCheck(keras.callbacks.Callback):
+    """Raises the interrupt of a signal that came, if it has not ended training already."""
+
+    def _check(self, *_, **__):
+        if STOPPED_BY:
+            raise KeyboardInterrupt(STOPPED_BY[0])
+
+    on_train_batch_end = on_test_batch_end = on_epoch_end = _check
 
 
 def main(argv):
@@ -393,7 +408,8 @@ def main(argv):
     DEVICES, TOPOLOGY = start_devices(), topology
     tf.constant(0.0).numpy()  # TensorFlow's runtime is up before the baseline
     baseline = resident.mark()
-    signal.signal(signal.SIGTERM, stop_on_sigterm)
+    signal.signal(signal.SIGTERM, stop_training)
+    signal.signal(signal.SIGINT, stop_training)
     try:
         inputs = load_store(FLAGS.store) if FLAGS.store else load(FLAGS.dataset, FLAGS.seed)
         runs = [train_once(inputs, FLAGS.seed + run) for run in range(FLAGS.runs)]
