@@ -23,7 +23,7 @@ test: $(OPS_LIB)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests
 
 # The rest: the full matrices behind make test's representatives, fuzzers, the
-# README's long blocks and a fresh-clone install (tests marked slow; tests/conftest.py).
+# documentation's long blocks and a fresh-clone install (tests marked slow; tests/conftest.py).
 test-slow: $(OPS_LIB)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m slow tests
 

@@ -111,7 +111,7 @@ setup(
     version="0.1.0",
     description="NGra-style large-graph GNN training for TensorFlow 2: SAGA-NN layers, chunked propagation ops.",
     packages=find_packages(include=["ngra_tf", "ngra_tf.*"]),
-    package_data={"ngra_tf.graph": ["data/*.npz"],  # Cora, for datasets.cora()
+    package_data={"ngra_tf.graph": ["data/*.npz"],  # Cora and Amazon Computers (datasets.load)
                   "ngra_tf.parallel": ["topologies/*.txt", "topologies/*.json"]},  # Topology.sample()
     python_requires=">=3.9",
     install_requires=["tensorflow>=2.16,<2.17", "numpy>=1.23,<2", "scipy>=1.9", "absl-py>=1.0"],

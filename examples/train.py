@@ -2,10 +2,13 @@
 
     python examples/train.py --model=gcn --dataset=cora --epochs=200 --hidden=16 --lr=0.01
 
-Models: gcn, commnet, mpgcn, ggcn, ggnn, gat, sage, gin, appnp, resgcn, jknet, rgcn (ngra_tf.recipes). Datasets: cora
-(the Planetoid split shipped with ngra_tf) or a synthetic preset shaped like NGra's
-Table 1 (pubmed, protein, blog, reddit-small, ...) with random features and
-labels. --profile_dir writes a TensorBoard profile of a few training steps;
+Models: gcn, commnet, mpgcn, ggcn, ggnn, gat, sage, gin, appnp, resgcn, jknet, rgcn (ngra_tf.recipes).
+Datasets: cora and amazon_computers (real graphs shipped with ngra_tf), a .npz in their
+layout, or a synthetic preset shaped like NGra's Table 1 (pubmed, protein,
+blog, reddit-small, ...) with random features and labels. A real graph's
+bag-of-words features are normalised as the data calls for (--normalize) and
+stay sparse up to the first matmul where few are non-zero (--features).
+--profile_dir writes a TensorBoard profile of a few training steps;
 --history_json writes each epoch's loss and metrics, each epoch's wall time
 (epoch_seconds) and the run's measured peak memory, at full precision.
 
@@ -46,6 +49,7 @@ import time
 
 import keras
 import numpy as np
+import scipy.sparse
 import tensorflow as tf
 from absl import app, flags, logging
 
@@ -65,8 +69,14 @@ FLAGS = flags.FLAGS
 DEVICES = None  # what --devices / --cluster resolved to (set up in main, before TensorFlow starts)
 TOPOLOGY = None  # --topology, read
 flags.DEFINE_enum("model", "gcn", list(recipes.RECIPES), "The model to train.")
-flags.DEFINE_string("dataset", "cora", "cora, a .npz in the Planetoid format, or a synthetic preset: "
-                    + ", ".join(datasets.PRESETS) + ".")
+flags.DEFINE_string("dataset", "cora", ", ".join(datasets.SHIPPED) + ", a .npz in their format (the Planetoid "
+                    "arrays, docs/guide/keras.md), or a synthetic preset: " + ", ".join(datasets.PRESETS) + ".")
+flags.DEFINE_enum("normalize", "auto", list(datasets.NORMALIZATIONS), "How a real graph's features are normalised: "
+                  "row (divided by their sum), l2 (by their norm), none, or auto (chosen for the data: "
+                  "ngra_tf.graph.datasets.auto_normalization).")
+flags.DEFINE_enum("features", "auto", ["auto", "sparse", "dense"], "Whether a real graph's features reach the model "
+                  "sparse (a sparse-dense product in the first layer) or dense; auto: sparse when under "
+                  f"{datasets.SPARSE_DENSITY:.0%} of them are non-zero.")
 flags.DEFINE_integer("epochs", None, "Training epochs (default: the model's recipe).", lower_bound=1)
 flags.DEFINE_integer("hidden", None, "Hidden units of the first graph layer, per head for GAT "
                      "(default: the model's recipe).", lower_bound=1)
@@ -168,16 +178,28 @@ class Inputs:
 def load(name, seed):
     if name in datasets.PRESETS:
         dataset = datasets.synthetic(name, seed=seed)
+    elif name in datasets.SHIPPED:
+        dataset = datasets.load(name)
+    elif not os.path.isfile(name):
+        raise app.UsageError(f"--dataset: {name} is neither a dataset ({', '.join(datasets.SHIPPED)}, "
+                             f"{', '.join(datasets.PRESETS)}) nor a file")
     else:
-        dataset = datasets.cora() if name == "cora" else datasets.load_planetoid_npz(name)
+        try:
+            dataset = datasets.load_planetoid_npz(name)
+        except (OSError, ValueError) as error:  # (np.load's own errors for a file that is no .npz)
+            raise app.UsageError(f"--dataset: {name}: {error}") from None
     return dataset_inputs(dataset, name)
 
 
 def dataset_inputs(dataset, name):
     """An in-memory dataset as training inputs: its graph prepared for --model, its features."""
     graph = recipes.prepare_graph(FLAGS.model, dataset.graph)
-    # Row-normalise bag-of-words features (Planetoid); a synthetic preset's are standard normal.
-    features = dataset.dense_features(normalize=name not in datasets.PRESETS)
+    if name in datasets.PRESETS:  # standard normal: nothing to normalise, nothing sparse
+        features = dataset.dense_features()
+    else:  # (over several devices features are dense: validate_flags refuses --features=sparse there)
+        several = DEVICES is not None or cluster_flag() is not None
+        features = dataset.training_features(FLAGS.normalize, "auto" if FLAGS.features == "auto" and not several
+                                             else FLAGS.features == "sparse")
     return Inputs(graph, features, dataset.labels, (dataset.train_mask, dataset.val_mask, dataset.test_mask),
                   dataset.num_classes, name)
 
@@ -223,7 +245,9 @@ def train_once(inputs, seed):
                        selective=FLAGS.selective)
     model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe,
                                 num_features=inputs.features.shape[-1], depth=FLAGS.depth, k=FLAGS.k,
-                                alpha=FLAGS.alpha, attention_dropout=FLAGS.attention_dropout, **options)
+                                alpha=FLAGS.alpha, attention_dropout=FLAGS.attention_dropout,
+                                sparse=scipy.sparse.issparse(inputs.features),
+                                **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])
     features, labels = inputs.features, inputs.labels
@@ -236,9 +260,7 @@ def train_once(inputs, seed):
     callbacks = [timer, StopCheck()]
     if FLAGS.backup_dir:
         callbacks.append(ngra_tf.callbacks.BackupAndRestore(FLAGS.backup_dir))
-    if recipe.patience:
-        callbacks.append(keras.callbacks.EarlyStopping("val_loss", patience=recipe.patience,
-                                                       restore_best_weights=True))
+    callbacks += recipes.callbacks(recipe)
     if FLAGS.profile_dir:
         callbacks.append(keras.callbacks.TensorBoard(FLAGS.profile_dir, profile_batch=(2, 4)))
     start = time.perf_counter()
@@ -341,6 +363,15 @@ def validate_flags():
                          ("attention_dropout", ("gat",))):
         if FLAGS[name].present and FLAGS.model not in models:
             raise app.UsageError(f"--{name} applies to --model={' or '.join(models)}, not {FLAGS.model}")
+    if FLAGS.store is not None or FLAGS.dataset in datasets.PRESETS:
+        for name in ("normalize", "features"):
+            if FLAGS[name].present:
+                raise app.UsageError(f"--{name} applies to a real graph's bag-of-words features (--dataset="
+                                     f"{', '.join(datasets.SHIPPED)} or a .npz), not to "
+                                     f"{'a store' if FLAGS.store else 'a synthetic preset'}")
+    if FLAGS.features == "sparse" and (FLAGS.devices is not None or cluster_flag() is not None):
+        raise app.UsageError("--features=sparse trains in memory on one device; over several devices features are "
+                             "dense: leave --features out")
     if FLAGS.store is None:
         for name in ("memory_budget", "spill", "overlap", "spill_dir", "selective"):
             if FLAGS[name].present:

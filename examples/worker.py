@@ -11,7 +11,7 @@ A worker runs whatever graph ops a client sends it, with no authentication
 (TensorFlow's servers have none). It listens only on its own address in
 --cluster (host0 above; 127.0.0.1 for localhost), never on the machine's
 other interfaces, unless --listen says otherwise. Run clusters inside a
-private network, or reach workers through SSH tunnels (README: Security).
+private network, or reach workers through SSH tunnels (docs/guide/devices.md, Security).
 """
 
 import sys

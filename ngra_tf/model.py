@@ -14,7 +14,11 @@ output, a row per vertex) of SAGA layers and per-vertex layers, wired any
 way the functional API allows, or a list of layers applied in turn (the
 sequential case).
 
-Row i of features, labels and masks is vertex i. Every fit/evaluate/predict
+Row i of features, labels and masks is vertex i. Features may be sparse (a
+scipy.sparse matrix or a tf.SparseTensor, such as bag-of-words rows): in
+memory they stay sparse up to the first matmul that reads them, which runs as
+a sparse-dense product (a model built from a list of layers takes them as they
+come; a functional model's keras.Input needs sparse=True). Every fit/evaluate/predict
 step sees the whole graph as one batch (nothing is sliced or shuffled),
 because a graph layer needs all of a vertex's neighbours; a tf.data.Dataset
 whose elements are such whole-graph batches is accepted too. The mask is the
@@ -55,6 +59,7 @@ import weakref
 
 import keras
 import numpy as np
+import scipy.sparse as sp
 import tensorflow as tf
 
 from ngra_tf.compiler import parse_rewrites
@@ -142,6 +147,7 @@ class GraphModel(keras.Model):
         if self.network is not None:
             self.stages()  # a model that cannot run fails now, naming the layer
         self._pending_input_shape = None
+        self._sparse_input = False  # whether the layers were built for sparse features (set by fit and co)
         self._executor = None
         self._running_depth = 0  # nested fit / evaluate / predict calls (see _running)
         # Custom gradients TensorFlow registered while this model traced its steps (Keras's optimizer registers one
@@ -274,7 +280,7 @@ class GraphModel(keras.Model):
         """
         if y is None and sample_weight is not None:
             raise ValueError("sample_weight (the vertex mask) needs labels")
-        x = tf.convert_to_tensor(x)
+        x = _features_tensor(x)
         if x.dtype.is_floating and x.dtype != self.compute_dtype:
             x = tf.cast(x, self.compute_dtype)
         parts = [x]
@@ -355,6 +361,7 @@ class GraphModel(keras.Model):
 
     def _build_for(self, x):
         if not self.built and getattr(x, "shape", None) is not None and len(x.shape) >= 1:
+            self._sparse_input = _is_sparse(x)
             self.build(tuple(x.shape))
 
     def _network(self) -> keras.Model:
@@ -384,12 +391,12 @@ class GraphModel(keras.Model):
             # Called on symbolic rows, the layers build with their true shapes (SAGA layers measure theirs on a
             # probe graph); a store's features are never read whole.
             object.__setattr__(self, "_chain", sequential_network(self.graph_layers, self._input_shape,
-                                                                   self.compute_dtype))
+                                                                   self.compute_dtype, sparse=self._sparse_input))
             self.stages()
         if self.store is None:
             # One forward pass on zeros builds every layer with its true shapes
             # (self.call, not self(): __call__ would come back here to build).
-            self.call(tf.zeros(self._input_shape, dtype=self.compute_dtype))
+            self.call(_zeros(self._input_shape, self.compute_dtype, self._sparse_input))
         self.built = True
 
     # ---- store-backed models: streamed steps ----
@@ -540,6 +547,25 @@ class GraphModel(keras.Model):
             data = stored["edge_data"] if "edge_data" in stored else None
             # src, dst and edge_data were saved in the user's order; from_edges rebuilds the same edge order.
             self.graph = Graph.from_edges(stored["src"], stored["dst"], int(stored["num_vertices"]), data)
+
+
+def _is_sparse(x) -> bool:
+    return isinstance(x, tf.SparseTensor) or sp.issparse(x)
+
+
+def _features_tensor(x):
+    """Features as a tensor: a scipy.sparse matrix as a tf.SparseTensor (its entries in row-major order)."""
+    if sp.issparse(x):
+        coo = sp.coo_matrix(x)
+        coo.sum_duplicates()  # (also sorts the entries row by row)
+        return tf.SparseTensor(np.stack([coo.row, coo.col], axis=1).astype(np.int64), coo.data, coo.shape)
+    return x if isinstance(x, tf.SparseTensor) else tf.convert_to_tensor(x)
+
+
+def _zeros(shape, dtype, sparse):
+    if sparse:
+        return tf.SparseTensor(tf.zeros([0, len(shape)], tf.int64), tf.zeros([0], dtype), shape)
+    return tf.zeros(shape, dtype=dtype)
 
 
 def _topology(saved):

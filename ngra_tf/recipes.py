@@ -33,7 +33,9 @@ class Recipe:
     hidden: int  # units of the hidden graph layer (per head for GAT)
     learning_rate: float
     epochs: int
-    weight_decay: float  # L2 on the first graph layer's kernels
+    # On the first graph layer's kernels, as Kipf & Welling and PyG mean it: a loss term weight_decay / 2 * sum(w^2),
+    # whose gradient is weight_decay * w (torch's Adam(weight_decay=)). Keras's L2(l) is l * sum(w^2): twice that.
+    weight_decay: float
     dropout: float
     patience: int | None  # early stopping on validation loss; None trains all epochs
 
@@ -46,7 +48,7 @@ RECIPES = {
     "ggnn": Recipe(16, 0.01, 200, 5e-4, 0.5, None),
     "gat": Recipe(8, 0.005, 1000, 5e-4, 0.6, 100),
     # Up to 400 epochs, stopped 50 after the best validation loss (its weights restored): on Cora each gains 1-2
-    # points over 200 fixed epochs (README, Accuracy on Cora).
+    # points over 200 fixed epochs (docs/results/accuracy.md).
     "sage": Recipe(64, 0.01, 400, 5e-4, 0.5, 50),
     "gin": Recipe(64, 0.005, 400, 5e-4, 0.6, 50),  # the sum aggregator is noisier: smaller steps, more dropout
     "appnp": Recipe(64, 0.01, 400, 5e-3, 0.5, 50),
@@ -89,18 +91,19 @@ def prepare_graph(model: str, graph: Graph) -> Graph:
 
 def build_model(model: str, graph, num_classes: int, hidden: int | None = None, recipe: Recipe | None = None,
                 num_features: int | None = None, depth: int | None = None, k: int = 10, alpha: float = 0.1,
-                attention_dropout: float | None = None, **options) -> GraphModel:
+                attention_dropout: float | None = None, sparse: bool = False, **options) -> GraphModel:
     """A classifier producing logits (hidden: the recipe's by default).
 
     num_features (the input width) is needed by the functional models (resgcn, jknet, appnp) when `graph`
     is a Graph; a store knows it. depth: graph layers of resgcn (4) and jknet (3); k, alpha: APPNP's
     propagation steps and teleport probability; attention_dropout: GAT's on the attention weights (default: the
-    recipe's dropout; at 0 the attention fuses, see GAT). options go to GraphModel: chunks, schedule, rewrites, ...
+    recipe's dropout; at 0 the attention fuses, see GAT). sparse: the functional models take sparse features (the
+    others take what they are given). options go to GraphModel: chunks, schedule, rewrites, ...
     """
     _check_name(model)
     recipe = recipe or RECIPES[model]
     hidden = hidden or recipe.hidden
-    l2 = keras.regularizers.L2(recipe.weight_decay) if recipe.weight_decay else None
+    l2 = keras.regularizers.L2(recipe.weight_decay / 2) if recipe.weight_decay else None
     drop = recipe.dropout
     if model in FUNCTIONAL:
         if num_features is None and hasattr(graph, "vertex_spec"):
@@ -108,7 +111,7 @@ def build_model(model: str, graph, num_classes: int, hidden: int | None = None, 
         if num_features is None:
             raise ValueError(f"build_model({model!r}, ...) makes a functional model: pass num_features, the width "
                              "of the vertex features")
-        network = _functional(model, int(num_features), num_classes, hidden, drop, l2, depth, k, alpha)
+        network = _functional(model, int(num_features), num_classes, hidden, drop, l2, depth, k, alpha, sparse)
         return GraphModel(graph, network, name=model, **options)
     if model == "gcn":
         stack = [layers.GCN(hidden, activation="relu", kernel_regularizer=l2), layers.GCN(num_classes)]
@@ -143,15 +146,23 @@ def build_model(model: str, graph, num_classes: int, hidden: int | None = None, 
     with_dropout = []
     for layer in stack:
         if isinstance(layer, layers.SAGALayer) or layer is stack[0]:
-            with_dropout.append(keras.layers.Dropout(drop))
+            with_dropout.append(layers.Dropout(drop))
         with_dropout.append(layer)
     return GraphModel(graph, with_dropout, name=model, **options)
 
 
-def _functional(model, num_features, num_classes, hidden, drop, l2, depth, k, alpha) -> keras.Model:
+def callbacks(recipe: Recipe) -> list:
+    """The Keras callbacks a recipe trains with: early stopping on the validation loss, the best weights
+    restored (none when recipe.patience is None)."""
+    if not recipe.patience:
+        return []
+    return [keras.callbacks.EarlyStopping("val_loss", patience=recipe.patience, restore_best_weights=True)]
+
+
+def _functional(model, num_features, num_classes, hidden, drop, l2, depth, k, alpha, sparse) -> keras.Model:
     """The functional recipes, with dropout before every layer that has weights."""
-    x = keras.Input(shape=(num_features,), name="features")
-    dropout = keras.layers.Dropout
+    x = keras.Input(shape=(num_features,), name="features", sparse=sparse)
+    dropout = layers.Dropout  # (it also takes sparse features)
     if model == "appnp":
         h = keras.layers.Dense(hidden, activation="relu", kernel_regularizer=l2)(dropout(drop)(x))
         h = keras.layers.Dense(num_classes)(dropout(drop)(h))

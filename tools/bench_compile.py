@@ -25,9 +25,9 @@ import os
 import statistics
 import subprocess
 import sys
-import time
-
 from absl import app, flags
+
+from timing import epoch_timer  # tools/, the script's own directory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("depths", ["2", "16"], "Graph layers of the residual GCN, one run each.")
@@ -68,16 +68,8 @@ def depth_run(depth: int) -> dict:
     model = recipes.build_model("resgcn", graph, int(data.labels.max()) + 1, num_features=x.shape[1], depth=depth,
                                 chunks=FLAGS.chunks, recipe=recipe)
     model.compile(optimizer=keras.optimizers.Adam(0.01), loss=ngra_tf.masked_loss())
-    seconds = []
-
-    class Timer(keras.callbacks.Callback):
-        def on_epoch_begin(self, epoch, logs=None):
-            self.start = time.perf_counter()
-
-        def on_epoch_end(self, epoch, logs=None):
-            seconds.append(time.perf_counter() - self.start)
-
-    model.fit(x, data.labels, sample_weight=data.train_mask, epochs=FLAGS.epochs, verbose=0, callbacks=[Timer()])
+    timer, seconds = epoch_timer()
+    model.fit(x, data.labels, sample_weight=data.train_mask, epochs=FLAGS.epochs, verbose=0, callbacks=[timer])
     return {"depth": depth, "first_s": seconds[0], "median_s": statistics.median(seconds[1:]),
             "resident_mib": (resident() - before) / MIB}
 

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow as tf
 
 from ngra_tf.compiler.program import LayerProgram
-from ngra_tf.compiler.replay import Replay
+from ngra_tf.compiler.replay import Replay, densified
 from ngra_tf.ops import edge_code, propagation
 
 # Reductions of a chunk into a column accumulator: mean chains as sum and divides once, by the column's in-degree.
@@ -180,7 +180,8 @@ class LayerKernels:
             for t, value in zip(vertex, self.vertex_replay.evaluate(
                     vertex, {program.vertex.inputs["vertex"].name: x})):
                 values["v:" + t.name] = value
-        return {key: value for key, value in values.items() if key in keys}
+        # Sparse input rows that reach a chunk as they are (no matmul narrowed them) move densified.
+        return {key: densified(value) for key, value in values.items() if key in keys}
 
     # ---- a chunk ----
 

@@ -8,6 +8,11 @@ a chunk's edge data where it had all edge data). Going through the op
 wrappers keeps gradients (tapes and graph gradients) working as usual, and
 variable reads go through the variables themselves, so a GradientTape that
 watches accessed variables sees them.
+
+A fed value may be sparse (a tf.SparseTensor of bag-of-words features, traced
+as dense rows): a MatMul that reads it first becomes a sparse-dense product,
+which is where a layer's hoisted, narrowed x W meets the input. Any other op
+gets the rows densified, so the result never depends on the representation.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ import functools
 import inspect
 
 import tensorflow as tf
+from absl import logging
 
 from ngra_tf.compiler.trace import Trace
 
@@ -93,7 +99,14 @@ class Replay:
 
     @staticmethod
     def _call(op, inputs):
-        """Builds `op` again on `inputs` through tf.raw_ops."""
+        """Builds `op` again on `inputs` through tf.raw_ops (a sparse input: see the module doc)."""
+        if any(isinstance(value, tf.SparseTensor) for value in inputs):
+            if (op.type == "MatMul" and isinstance(inputs[0], tf.SparseTensor)
+                    and not isinstance(inputs[1], tf.SparseTensor) and not op.get_attr("transpose_a")):
+                return [tf.sparse.sparse_dense_matmul(inputs[0], inputs[1], adjoint_b=op.get_attr("transpose_b"))]
+            logging.log_first_n(logging.WARNING, "sparse rows reach %s (%s) before any matmul: densified there", 1,
+                                op.type, op.name)
+            inputs = [densified(value) for value in inputs]
         op_def = op.op_def
         kwargs, position, inferred = {}, 0, set()
         for arg in op_def.input_arg:
@@ -122,6 +135,23 @@ class Replay:
                 flat.extend(item if isinstance(item, (list, tuple)) else [item])
             return flat
         return [result]
+
+
+def sparse_with_values(sparse: tf.SparseTensor, values) -> tf.SparseTensor:
+    """`sparse`'s indices and dense shape with other values, and its static shape (a SparseTensor made in a graph
+    knows none: SparseTensor.with_values loses it too)."""
+    out = tf.SparseTensor(sparse.indices, values, sparse.dense_shape)
+    out.set_shape(sparse.shape)
+    return out
+
+
+def densified(value):
+    """value, as a dense tensor if it is a tf.SparseTensor (with its static shape, which to_dense loses)."""
+    if not isinstance(value, tf.SparseTensor):
+        return value
+    dense = tf.sparse.to_dense(value)
+    dense.set_shape(value.shape)
+    return dense
 
 
 @functools.lru_cache(maxsize=None)

@@ -1,7 +1,8 @@
 """SAGA-NN layers: the base class, the five models of the NGra paper, GAT, GraphSAGE, GIN, R-GCN and
-APPNP's propagation step."""
+APPNP's propagation step; and a Dropout that also takes sparse features."""
 
 from ngra_tf.layers.commnet import CommNet
+from ngra_tf.layers.dropout import Dropout
 from ngra_tf.layers.gat import GAT
 from ngra_tf.layers.gcn import GCN
 from ngra_tf.layers.ggcn import GatedGCN
@@ -13,5 +14,5 @@ from ngra_tf.layers.propagate import GCNPropagate
 from ngra_tf.layers.rgcn import RGCN, relational_edge_data
 from ngra_tf.layers.saga import ACCUMULATORS, EdgeView, SAGALayer, parse_accumulator
 
-__all__ = ["ACCUMULATORS", "CommNet", "EdgeView", "GAT", "GCN", "GCNPropagate", "GGNN", "GIN", "GatedGCN",
+__all__ = ["ACCUMULATORS", "CommNet", "Dropout", "EdgeView", "GAT", "GCN", "GCNPropagate", "GGNN", "GIN", "GatedGCN",
            "GraphSAGE", "MaxPoolGCN", "RGCN", "SAGALayer", "parse_accumulator", "relational_edge_data"]

@@ -20,6 +20,9 @@ widths, schedule) and called with each layer's own variables and states
 (ngra_tf.runtime.shared): what is compiled grows with the number of distinct
 layers, not with depth. `Executor(x, training)` returns the last stage's
 output in the user's vertex order, differentiable w.r.t. x and the weights.
+In memory on one device x may be sparse (a tf.SparseTensor, bag-of-words
+features): it is never densified where a matmul reads it first (the compiled
+layers' replay, Keras's Dense), and it gets no gradient.
 The executor imports no layer: a stage's graph layer is anything with
 `compiled(rows, graph, rewrites, training)` and `compute_output_shape`.
 """
@@ -33,6 +36,7 @@ import tensorflow as tf
 
 from ngra_tf import tf_compat
 from ngra_tf.compiler.kernels import tf_variable
+from ngra_tf.compiler.replay import sparse_with_values
 from ngra_tf.ops.copy import copy_h2d
 from ngra_tf.runtime.plan import compile_layer, tables as sched
 from ngra_tf.runtime.blocked import BlockedStage
@@ -156,7 +160,14 @@ class Executor:
         tf.function it is traced into the caller's graph.
         """
         training = bool(training)
-        x = tf.convert_to_tensor(x)
+        if isinstance(x, tf.SparseTensor):
+            if self.streamed or not self.whole:
+                raise ValueError("sparse features train in memory on one device; from a store or over several "
+                                 "devices, give dense rows (tf.sparse.to_dense, or a store's dense feature array)")
+            x = sparse_with_values(x, x.values)  # (a copy: Keras may hand over rows of unknown count)
+            x.set_shape([int(self.sizes.sum())] + x.shape[1:].as_list())
+        else:
+            x = tf.convert_to_tensor(x)
         self._build(x)
         if not tf.executing_eagerly():
             return self._run(x, training)
@@ -175,7 +186,7 @@ class Executor:
                 row_shape, dtype = self.residency.input_spec(self.compute_dtype)
                 values = {INPUT: tf.zeros((2,) + row_shape, dtype)}
             else:
-                values = {INPUT: tf.zeros([2] + x.shape[1:].as_list(), x.dtype)}
+                values = {INPUT: _two_rows_of_zeros(x)}
             for index, stage in enumerate(self.stages):
                 y = stage.prologue_of([values[key] for key in stage.inputs], False)
                 if stage.graph_layer is not None:
@@ -186,9 +197,13 @@ class Executor:
     def _run(self, x, training):
         last = len(self.stages) - 1
 
+        sparse = x if isinstance(x, tf.SparseTensor) else None
+
         @tf.custom_gradient
-        def run(x):
+        def run(x):  # (sparse: x is its values, which get no gradient)
             records = []
+            if sparse is not None:
+                x = sparse_with_values(sparse, x)
             values = {INPUT: self.store_rows(x) if self.streamed else x}
             for index, stage in enumerate(self.stages):
                 with tf.name_scope(stage.name):
@@ -210,7 +225,7 @@ class Executor:
                         for key, d_input in zip(stage.inputs, d_inputs):
                             if d_input is not None:  # (None: the store's features, which only name an array)
                                 d[key] = d_input if key not in d else self._sum(d[key], d_input)
-                d_x = d.get(INPUT)
+                d_x = None if sparse is not None else d.get(INPUT)
                 if not self.whole:  # a store's input only names its features; in memory, d x in the user's order
                     d_x = None if self.streamed else self.to_users(self._whole_rows(d_x))
                 self.check_spill_space()
@@ -223,7 +238,7 @@ class Executor:
 
         if self.streamed:  # x names the store's features: an empty tensor computed from it, which the steps wait for
             x = tf.zeros(tf.minimum(tf.reduce_sum(tf.strings.length(x)), 0)[None], self.compute_dtype)
-        output = run(x)
+        output = run(x if sparse is None else sparse.values)
         name = tf_compat.registered_gradient(output)
         if name is not None:
             self._registered.append(name)
@@ -250,9 +265,10 @@ class Executor:
         """A stage's output (a tensor in memory on one device, else host rows) and what its backward needs."""
         prologue = None
         if not self.streamed:  # in memory the prologue runs on all rows, under a tape kept for backward
-            xs = [x if isinstance(x, tf.Tensor) else self.to_users(self._whole_rows(x)) for x in xs]
+            xs = [x if isinstance(x, (tf.Tensor, tf.SparseTensor)) else self.to_users(self._whole_rows(x))
+                  for x in xs]
             with tf.GradientTape(persistent=True) as tape:  # persistent: TF may build the backward twice
-                tape.watch(xs)
+                tape.watch(_dense(xs))
                 y = stage.prologue_of(xs, training)
             prologue = {"tape": tape, "inputs": xs, "output": y, "weights": stage.prologue_weights()}
             if stage.graph_layer is None:
@@ -261,7 +277,8 @@ class Executor:
                                                         self._host_rows(self.to_intervals(y), f"p{index}")]
         if self.whole:
             program, variables, weights = self._whole_stage(index, stage, xs[0], training)
-            record = self.shared(("whole_forward", program.kernels.signature, training), program.forward,
+            sparse = isinstance(xs[0], tf.SparseTensor)
+            record = self.shared(("whole_forward", program.kernels.signature, training, sparse), program.forward,
                                  {"y": xs[0], "layer": variables}, program.name + "_forward")
             return record["out"], {"prologue": prologue, "program": program, "y": xs[0], "layer": variables,
                                    "record": record, "weights": weights}
@@ -281,7 +298,9 @@ class Executor:
         if "program" in record:
             program = record["program"]
             if self.whole:
-                result = self.shared(("whole_backward", program.kernels.signature, training), program.backward,
+                sparse = isinstance(record["y"], tf.SparseTensor)
+                result = self.shared(("whole_backward", program.kernels.signature, training, sparse),
+                                     program.backward,
                                      {"y": record["y"], "layer": record["layer"], "record": record["record"],
                                       "d_out": d_out}, program.name + "_backward")
                 _add(grads, record["weights"], result["d_weights"])
@@ -305,16 +324,20 @@ class Executor:
                 d_out = self.to_users(self._whole_rows(d_ins[0]))
         elif not self.whole:
             d_out = self.to_users(self._whole_rows(d_out))
-        result = gradients(prologue["tape"], prologue["output"], prologue["inputs"] + prologue["weights"], d_out)
-        n = len(prologue["inputs"])
+        if d_out is None:  # the graph layer read sparse features (the prologue's dropout at most): no gradient
+            return [None] * len(prologue["inputs"])
+        inputs = _dense(prologue["inputs"])
+        result = gradients(prologue["tape"], prologue["output"], inputs + prologue["weights"], d_out)
+        n = len(inputs)
         _add(grads, prologue["weights"], result[n:])
-        d_xs = result[:n]
+        found = iter(result[:n])  # (a sparse input gets no gradient)
+        d_xs = [None if isinstance(x, tf.SparseTensor) else next(found) for x in prologue["inputs"]]
         return d_xs if self.whole else [self._host_rows(self.to_intervals(d), f"d_p{index}_{k}")
                                         for k, d in enumerate(d_xs)]
 
     def _whole_stage(self, index, stage, y, training):
         kernels, loops = self.compiled(index, y, training)  # (its rows are checked against the graph's)
-        key = ("whole", kernels.signature, training)
+        key = ("whole", kernels.signature, training, isinstance(y, tf.SparseTensor))
         if key not in self._programs:
             self._programs[key] = WholeStage(self, kernels, loops, signature_name(stage, y.shape[1:], kernels))
         return self._programs[key], [tf_variable(v) for v in kernels.variables], _trainable(kernels.variables)
@@ -455,6 +478,19 @@ def signature_name(stage, row_shape, kernels) -> str:
         return f"Vertex_{width}"
     out = int(np.prod(kernels.program.vertex.output.shape[1:].as_list(), dtype=np.int64))
     return f"{type(stage.graph_layer).__name__}_{width}_{out}"
+
+
+def _dense(xs) -> list:
+    """The dense tensors among xs: those a tape watches (a sparse input is the model's features)."""
+    return [x for x in xs if not isinstance(x, tf.SparseTensor)]
+
+
+def _two_rows_of_zeros(x):
+    """Two rows like x's, of zeros (sparse if x is): what the layers are built on."""
+    shape = [2] + x.shape[1:].as_list()
+    if isinstance(x, tf.SparseTensor):
+        return tf.SparseTensor(tf.zeros([0, len(shape)], tf.int64), tf.zeros([0], x.dtype), shape)
+    return tf.zeros(shape, x.dtype)
 
 
 def _trainable(variables):

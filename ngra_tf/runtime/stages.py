@@ -71,7 +71,11 @@ class Stage:
         """The prologue on rows of its inputs (a list, one tensor per input, in `inputs`' order)."""
         if self.prologue is None:
             return xs[0]
-        return self.prologue(list(xs) if len(xs) > 1 else xs[0], training=training)
+        y = self.prologue(list(xs) if len(xs) > 1 else xs[0], training=training)
+        # Keras's functional call, traced, loses the row count of what it computes from sparse rows (and a
+        # sparse output's whole shape): the traced stages would see rows unlike those of their other callers.
+        y.set_shape([xs[0].shape[0]] + list(self.prologue.outputs[0].shape[1:]))
+        return y
 
     def prologue_signature(self, specs, training) -> str:
         """The prologue's signature on inputs like `specs` (ngra_tf.compiler.signature): stages whose prologues
@@ -94,9 +98,10 @@ class Stage:
         return dataclasses.replace(self, inputs=(key,), prologue=None)
 
 
-def sequential_network(layers, input_shape, dtype) -> keras.Model:
-    """A list of layers as a functional model: each layer reads the previous one's output."""
-    x = keras.Input(shape=tuple(input_shape[1:]), dtype=dtype)
+def sequential_network(layers, input_shape, dtype, sparse=False) -> keras.Model:
+    """A list of layers as a functional model: each layer reads the previous one's output (sparse: the input
+    rows are a tf.SparseTensor)."""
+    x = keras.Input(shape=tuple(input_shape[1:]), dtype=dtype, sparse=sparse)
     y = x
     for layer in layers:
         y = layer(y)

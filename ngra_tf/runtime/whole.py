@@ -38,7 +38,8 @@ class WholeStage:
         return k, self.loops.bind(k)
 
     def forward(self, args):
-        """args: y (the prologue's rows), layer (variables). Returns the output and what backward needs."""
+        """args: y (the prologue's rows, dense or sparse), layer (variables). Returns the output and what backward
+        needs."""
         k, loops = self._bind(args)
         y = args["y"]
         hoist_seeds, vertex_seeds = k.seeds(k.hoist_variables()), k.seeds(k.vertex_variables())
@@ -66,8 +67,10 @@ class WholeStage:
         hoist_seeds, vertex_seeds = k.seeds(k.hoist_variables()), k.seeds(k.vertex_variables())
         ends = [v.read_value() for v in hoist_seeds + vertex_seeds]  # as the forward left them
         set_seeds(hoist_seeds, hoist_bases, 0)
+        sparse = isinstance(y, tf.SparseTensor)  # the model's features: no gradient
         with tf.GradientTape(persistent=True) as hoist_tape:
-            hoist_tape.watch(y)
+            if not sparse:
+                hoist_tape.watch(y)
             hoisted = k.hoist(y)
         # V: ApplyVertex again, from the kept accumulators.
         vertex_rows = {key: hoisted[key] for key in k.vertex_keys}
@@ -93,12 +96,13 @@ class WholeStage:
         d_hoisted.update(zip(vertex_rows, d_vertex))
         # H: the hoisted stage's backward.
         names = list(hoisted)
-        result = gradients(hoist_tape, [hoisted[key] for key in names], [y] + k.weights,
+        result = gradients(hoist_tape, [hoisted[key] for key in names], ([] if sparse else [y]) + k.weights,
                            [d_hoisted.get(key, tf.zeros_like(hoisted[key])) for key in names])
         for variable, end in zip(hoist_seeds + vertex_seeds, ends):
             variable.assign(end)
-        weights = [a + b + c for a, b, c in zip(d_weights, chunk_weights, result[1:])]
-        return {"d_y": result[0], "d_weights": weights}
+        d_y, d_hoist_weights = (None, result) if sparse else (result[0], result[1:])
+        weights = [a + b + c for a, b, c in zip(d_weights, chunk_weights, d_hoist_weights)]
+        return {"d_y": d_y, "d_weights": weights}
 
     # ---- arrays ----
 

@@ -18,7 +18,7 @@ budget below the estimate fails before any work, naming the smallest that
 works (`MemoryBudgetError`). Over several devices the estimate and the
 budget are per device. GraphModel.explain() prints `describe()`; the
 estimate is checked by measurement (ngra_tf.runtime.resident) in tests and
-in the README's runs.
+in the runs of docs/results/streaming.md.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from ngra_tf.store import memory
 # RUNTIME_BASE covers two stage signatures; each further one adds RUNTIME_PER_SIGNATURE and each graph layer
 # RUNTIME_PER_GRAPH_LAYER (its calls, variables and optimizer slots), fitted to peaks measured at the smallest
 # budget on reddit-small x 0.1, P = 4 (GCN 151 MiB of runtime, residual GCN of 6 / 16 graph layers 255 / 307,
-# APPNP K = 10 219, GAT 172; README, Training beyond memory).
+# APPNP K = 10 219, GAT 172; docs/results/streaming.md).
 RUNTIME_BASE = 150 * 2**20
 RUNTIME_PER_SIGNATURE = 40 * 2**20
 RUNTIME_PER_GRAPH_LAYER = 6 * 2**20
