@@ -267,7 +267,7 @@ class GraphModel(keras.Model):
                 raise ValueError(f"a GraphModel trains on the whole graph: leave {name} unset")
         return kwargs
 
-    def _graph_batch(self, x, y=None, sample_weight=None):
+    def _graph_batch(self, x, y=None, sample_weight=None, converted=None):
         """(x, y, sample_weight) as a dataset of one element, the whole graph.
 
         The arrays become tensors once per fit/evaluate/predict call. Given
@@ -277,13 +277,18 @@ class GraphModel(keras.Model):
         iterator serves every epoch. The validation set stays finite: Keras
         makes it a new iterator every epoch, and a repeated dataset left
         behind each time slowed G-GCN's reddit-small epochs by a second.
+        `converted` ({id(array): tensor}) makes fit's features and validation
+        features one tensor when they are one array.
         """
         if y is None and sample_weight is not None:
             raise ValueError("sample_weight (the vertex mask) needs labels")
-        x = _features_tensor(x)
-        if x.dtype.is_floating and x.dtype != self.compute_dtype:
-            x = tf.cast(x, self.compute_dtype)
-        parts = [x]
+        converted = {} if converted is None else converted
+        if id(x) not in converted:
+            tensor = _features_tensor(x)
+            if tensor.dtype.is_floating and tensor.dtype != self.compute_dtype:
+                tensor = tf.cast(tensor, self.compute_dtype)
+            converted[id(x)] = tensor
+        parts = [converted[id(x)]]
         if y is not None:
             parts.append(tf.convert_to_tensor(y))
         if sample_weight is not None:  # a bool mask counts as 0 / 1
@@ -293,6 +298,7 @@ class GraphModel(keras.Model):
     def fit(self, x=None, y=None, sample_weight=None, validation_data=None, **kwargs):
         kwargs = self._whole_graph(kwargs, "validation_batch_size")
         kwargs["shuffle"] = False
+        converted = {}  # (the features and the validation features as one tensor when they are one array)
         if self.store is not None:
             x, y, sample_weight = self._stream_batch(x, y, sample_weight, "fit").repeat(), None, None
             kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
@@ -303,11 +309,11 @@ class GraphModel(keras.Model):
         elif not isinstance(x, tf.data.Dataset):
             self._build_for(x)
             self._check(x, y, sample_weight, "fit")
-            x, y, sample_weight = self._graph_batch(x, y, sample_weight).repeat(), None, None
+            x, y, sample_weight = self._graph_batch(x, y, sample_weight, converted).repeat(), None, None
             kwargs["steps_per_epoch"] = kwargs.get("steps_per_epoch") or 1
         if validation_data is not None and not isinstance(validation_data, tf.data.Dataset):
             self._check(validation_data[0], *validation_data[1:3], what="fit (validation_data)")
-            validation_data = self._graph_batch(*validation_data)
+            validation_data = self._graph_batch(*validation_data, converted=converted)
         with self._running():
             return super().fit(x, y, sample_weight=sample_weight, validation_data=validation_data, **kwargs)
 

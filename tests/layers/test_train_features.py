@@ -13,6 +13,7 @@ from ngra_tf.graph import datasets
 from test_training import example, run_example, usage_error  # noqa: F401  (`example` is a fixture)
 
 
+@pytest.mark.slow  # (trains: make test keeps the flag checks)
 def test_amazon_computers_on_the_command_line():
     done = run_example("--dataset=amazon_computers", "--model=gcn", "--epochs=2", timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -115,6 +116,7 @@ def test_bad_normalize_and_features_values(example):
             example.FLAGS(["train.py", flag])
 
 
+@pytest.mark.slow  # (trains: make test keeps the flag checks)
 def test_sparse_and_dense_features_train_alike(example, capsys):
     """--features=sparse trains; without dropout (which draws differently on the two) it trains like dense."""
     runs = {}
@@ -134,6 +136,7 @@ def test_sparse_and_dense_features_train_alike(example, capsys):
     assert sparse["test"]["accuracy"] == dense["test"]["accuracy"]
 
 
+@pytest.mark.slow  # (trains: make test keeps the flag checks)
 def test_sparse_features_with_dropout_train(example, capsys):
     """The recipe's dropout (0.5) on sparse rows (ngra_tf.layers.Dropout drops stored values): GraphSAGE learns
     Cora in 5 epochs (about 80 % test accuracy)."""
@@ -148,6 +151,7 @@ def test_sparse_features_with_dropout_train(example, capsys):
 # ---- over several devices features are dense ----
 
 
+@pytest.mark.slow  # (trains: make test keeps the flag checks)
 def test_auto_features_over_several_devices_train(example, monkeypatch, capsys):
     # What main() does for --devices=2 (the test process's CPU is split in four: tests/conftest.py).
     example.FLAGS(["train.py", "--model=gcn", "--dataset=cora", "--epochs=1", "--patience=0", "--chunks=2",

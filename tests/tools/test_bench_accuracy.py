@@ -37,6 +37,7 @@ def accuracy(cell):
     return float(mean), float(std)
 
 
+@pytest.mark.slow  # 200 GCN epochs on Cora and the table (make test keeps the flag checks)
 def test_gcn_on_cora_with_ngra(tmp_path):
     out = tmp_path / "runs.json"
     done = run("--dataset=cora", "--models=gcn", "--seeds=1", "--systems=ngra", f"--json={out}")
