@@ -53,6 +53,8 @@ flags.DEFINE_list("models", list(MODELS), "Models: " + ", ".join(MODELS) + ".")
 flags.DEFINE_integer("seeds", 10, "Seeds per model and system (0, 1, ...).", lower_bound=1)
 flags.DEFINE_list("systems", ["ngra", "pyg"], "ngra, pyg.")
 flags.DEFINE_string("json", None, "Also write every run's accuracy and epoch times here.")
+flags.DEFINE_integer("threads", 0, "Threads for TF and torch (0: their defaults; 1 keeps several runs on a shared "
+                     "machine from oversubscribing it, for accuracy alone).", lower_bound=0)
 
 
 def load():
@@ -215,6 +217,15 @@ def main(argv):
         except ImportError:
             raise app.UsageError("--systems=pyg needs torch and torch_geometric (pip install '.[bench]'); "
                                  "or run --systems=ngra") from None
+    if FLAGS.threads:
+        import tensorflow as tf  # noqa: PLC0415
+
+        tf.config.threading.set_intra_op_parallelism_threads(FLAGS.threads)
+        tf.config.threading.set_inter_op_parallelism_threads(FLAGS.threads)
+        if "pyg" in FLAGS.systems:
+            import torch  # noqa: PLC0415
+
+            torch.set_num_threads(FLAGS.threads)
     name, data = load()
     print(f"{name}: {data.num_vertices} vertices, {data.graph.num_edges} edges, {data.num_features} features, "
           f"{data.num_classes} classes; {len(data.train_index)} / {len(data.val_index)} / {len(data.test_index)} "

@@ -95,8 +95,8 @@ def test_sparse_features_train_like_dense(cora, name, form, chunks):
     assert_same_run(run(data, name, features, chunks=chunks), dense_run(cora, name))
 
 
-@pytest.mark.parametrize("name", [
-    "gcn",
+@pytest.mark.parametrize("name", [  # (make test: the custom layers below densify quicker)
+    pytest.param("gcn", marks=pytest.mark.slow),
     pytest.param("appnp", marks=pytest.mark.slow),  # (its first SAGA layer reads Dense's output: nothing to densify)
     *(pytest.param(name, marks=pytest.mark.slow) for name in ("sage", "gin", "gat", "resgcn")),
 ])
