@@ -63,6 +63,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 from ngra_tf.compiler import parse_rewrites
+from ngra_tf.compiler.replay import sparse_zeros
 from ngra_tf.graph.graph import Graph
 from ngra_tf import parallel, tf_compat
 from ngra_tf.layers.saga import SAGALayer
@@ -402,7 +403,8 @@ class GraphModel(keras.Model):
         if self.store is None:
             # One forward pass on zeros builds every layer with its true shapes
             # (self.call, not self(): __call__ would come back here to build).
-            self.call(_zeros(self._input_shape, self.compute_dtype, self._sparse_input))
+            self.call(sparse_zeros(self._input_shape, self.compute_dtype) if self._sparse_input else
+                      tf.zeros(self._input_shape, dtype=self.compute_dtype))
         self.built = True
 
     # ---- store-backed models: streamed steps ----
@@ -566,12 +568,6 @@ def _features_tensor(x):
         coo.sum_duplicates()  # (also sorts the entries row by row)
         return tf.SparseTensor(np.stack([coo.row, coo.col], axis=1).astype(np.int64), coo.data, coo.shape)
     return x if isinstance(x, tf.SparseTensor) else tf.convert_to_tensor(x)
-
-
-def _zeros(shape, dtype, sparse):
-    if sparse:
-        return tf.SparseTensor(tf.zeros([0, len(shape)], tf.int64), tf.zeros([0], dtype), shape)
-    return tf.zeros(shape, dtype=dtype)
 
 
 def _topology(saved):

@@ -145,6 +145,11 @@ def sparse_with_values(sparse: tf.SparseTensor, values) -> tf.SparseTensor:
     return out
 
 
+def sparse_zeros(shape, dtype) -> tf.SparseTensor:
+    """A tf.SparseTensor of `shape` with no entries."""
+    return tf.SparseTensor(tf.zeros([0, len(shape)], tf.int64), tf.zeros([0], dtype), list(shape))
+
+
 def densified(value):
     """value, as a dense tensor if it is a tf.SparseTensor (with its static shape, which to_dense loses)."""
     if not isinstance(value, tf.SparseTensor):

@@ -198,20 +198,24 @@ def load_planetoid_npz(path) -> Dataset:
 
 def cora(path=None) -> Dataset:
     """Cora with the standard Planetoid split; by default the copy shipped with ngra_tf."""
-    return load_planetoid_npz(os.path.join(DATA_DIR, "cora.npz") if path is None else path)
+    return load_planetoid_npz(_shipped("cora") if path is None else path)
 
 
 def amazon_computers(path=None) -> Dataset:
     """Amazon Computers (Shchur et al. 2018) with a 20 / 30 per class train / validation split; by default the
     copy shipped with ngra_tf."""
-    return load_planetoid_npz(os.path.join(DATA_DIR, "amazon_computers.npz") if path is None else path)
+    return load_planetoid_npz(_shipped("amazon_computers") if path is None else path)
 
 
 def load(name: str) -> Dataset:
     """A real graph shipped with ngra_tf, by name (SHIPPED)."""
+    return load_planetoid_npz(_shipped(name))
+
+
+def _shipped(name: str) -> str:
     if name not in SHIPPED:
         raise ValueError(f"no shipped dataset {name!r}; the shipped ones are {', '.join(SHIPPED)}")
-    return load_planetoid_npz(os.path.join(DATA_DIR, f"{name}.npz"))
+    return os.path.join(DATA_DIR, f"{name}.npz")
 
 
 # NGra Table 1: vertices, edges, feature width, classes.

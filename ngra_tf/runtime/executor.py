@@ -36,7 +36,7 @@ import tensorflow as tf
 
 from ngra_tf import tf_compat
 from ngra_tf.compiler.kernels import tf_variable
-from ngra_tf.compiler.replay import sparse_with_values
+from ngra_tf.compiler.replay import sparse_with_values, sparse_zeros
 from ngra_tf.ops.copy import copy_h2d
 from ngra_tf.runtime.plan import compile_layer, tables as sched
 from ngra_tf.runtime.blocked import BlockedStage
@@ -488,9 +488,7 @@ def _dense(xs) -> list:
 def _two_rows_of_zeros(x):
     """Two rows like x's, of zeros (sparse if x is): what the layers are built on."""
     shape = [2] + x.shape[1:].as_list()
-    if isinstance(x, tf.SparseTensor):
-        return tf.SparseTensor(tf.zeros([0, len(shape)], tf.int64), tf.zeros([0], x.dtype), shape)
-    return tf.zeros(shape, x.dtype)
+    return sparse_zeros(shape, x.dtype) if isinstance(x, tf.SparseTensor) else tf.zeros(shape, x.dtype)
 
 
 def _trainable(variables):
