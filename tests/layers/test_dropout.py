@@ -1,5 +1,6 @@
 """ngra_tf.layers.Dropout: on a tf.SparseTensor it drops stored values only (same indices and dense shape, kept
-values scaled by 1 / (1 - rate)); on dense rows it is keras.layers.Dropout; it serialises as itself."""
+values scaled by 1 / (1 - rate)), and exactly those keras.layers.Dropout with the same seed drops from the dense
+rows; on dense rows it is keras.layers.Dropout; it serialises as itself."""
 
 import keras
 import numpy as np
@@ -64,15 +65,28 @@ def test_rate_zero_keeps_every_value():
     np.testing.assert_array_equal(out.values.numpy(), x.values.numpy())
 
 
-def test_sparse_and_dense_draw_alike_where_values_are_stored():
-    """The same rate on the same rows: the sparse output densified has zeros wherever the dense input has, and its
-    non-zeros are input / (1 - rate): what dense dropout does to those rows, up to which values it draws."""
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize("traced", [False, True])
+def test_sparse_rows_drop_what_dense_dropout_drops_with_the_same_seed(dtype, traced):
+    """Call after call (the seed generators advance alike), eagerly and traced: the sparse output densified is
+    keras.layers.Dropout's output on the dense rows, bit for bit."""
     x = sparse_rows(rows=60, width=50, density=0.2)
-    dense = tf.sparse.to_dense(x).numpy()
-    out = tf.sparse.to_dense(layers.Dropout(RATE, seed=5)(x, training=True)).numpy()
-    assert np.all(out[dense == 0] == 0)
-    kept = out != 0
-    np.testing.assert_allclose(out[kept], dense[kept] / (1 - RATE), rtol=1e-6)
+    x = tf.SparseTensor(x.indices, tf.cast(x.values, dtype), x.dense_shape)
+    dense = tf.sparse.to_dense(x)
+    ours, theirs = layers.Dropout(RATE, seed=5, dtype=dtype), keras.layers.Dropout(RATE, seed=5, dtype=dtype)
+    drop_sparse = lambda: tf.sparse.to_dense(ours(x, training=True))  # noqa: E731
+    drop_dense = lambda: theirs(dense, training=True)  # noqa: E731
+    if traced:
+        drop_sparse, drop_dense = tf.function(drop_sparse), tf.function(drop_dense)
+    for _ in range(3):
+        a, b = drop_sparse().numpy(), drop_dense().numpy()
+        assert a.dtype == dtype.as_numpy_dtype and 0 < np.mean(a[dense.numpy() != 0] == 0) < 1
+        np.testing.assert_array_equal(a, b)
+
+
+def test_rate_one_drops_every_value():
+    out = layers.Dropout(1.0)(sparse_rows(rows=10, width=10), training=True)
+    assert out.values.shape == (10,) and not np.any(out.values.numpy())
 
 
 @pytest.mark.parametrize("noise_shape", [None, (None, 1), (1, 20)])

@@ -16,7 +16,7 @@ def test_library_loads_with_every_op():
     assert lib is not None, "the op library did not load (see the RuntimeWarning)"
     assert ngra_tf.ops.library_path() is not None
     for op in ("gather", "scatter", "gather_grad_arg", "fused_gather", "fused_gather_grad", "copy_h2d",
-               "copy_d2h", "copy_d2d", "copy_stats"):
+               "copy_d2h", "copy_d2d", "copy_stats", "uniform_at"):
         assert callable(getattr(lib, f"ngra_{op}")), op
 
 
