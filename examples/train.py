@@ -415,10 +415,12 @@ STOPPED_BY = []  # the signal that stopped training, once one has
 
 def stop_training(signum, frame):
     """SIGTERM stops training as Ctrl-C does (Python's default kills at once), so the model's cleanup runs:
-    its spill files go. Remembered too: an interrupt that lands in a finalizer is ignored there, and
-    StopCheck raises it again at the next batch."""
+    its spill files go. Remembered too: an interrupt that lands in a finalizer is ignored there, and one that
+    comes while TensorFlow traces is not raised at all (the tracer's C++ is below this frame: it came out as a
+    SystemError, or aborted the process); StopCheck raises it at the next batch."""
     STOPPED_BY.append("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C (SIGINT)")
-    raise KeyboardInterrupt(STOPPED_BY[0])
+    if not tf.inside_function():
+        raise KeyboardInterrupt(STOPPED_BY[0])
 
 
 class StopCheck(keras.callbacks.Callback):
@@ -447,9 +449,12 @@ def main(argv):
     except (budget.MemoryBudgetError, faults.TrainingFault, ngra_tf.callbacks.BackupError,
             StoreError) as error:  # (a store file found damaged or changed when first read)
         sys.exit(f"train.py: {error}")
-    except KeyboardInterrupt as stop:
+    except BaseException as error:
+        # (whatever a signal's interrupt surfaced as: the signal is what stopped training)
+        if not (STOPPED_BY or isinstance(error, KeyboardInterrupt)):
+            raise
         resume = "; run the same command again to resume from the last finished epoch" if FLAGS.backup_dir else ""
-        sys.exit(f"train.py: stopped by {stop.args[0] if stop.args else 'Ctrl-C (SIGINT)'} before training "
+        sys.exit(f"train.py: stopped by {STOPPED_BY[0] if STOPPED_BY else 'Ctrl-C (SIGINT)'} before training "
                  f"finished (spill files, if any, were removed){resume}")
     peak = baseline.peak()
     print(peak)

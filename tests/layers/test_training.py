@@ -6,6 +6,7 @@ them from here); one subprocess checks what a usage error looks like on the
 command line."""
 
 import json
+import signal
 import re
 import subprocess
 import sys
@@ -13,6 +14,7 @@ import sys
 import keras
 import numpy as np
 import pytest
+import tensorflow as tf
 from absl import app, flags
 from absl.testing import flagsaver
 
@@ -189,3 +191,22 @@ def test_example_flag_bounds(example):
         example.FLAGS(["train.py", "--epochs=0"])
     with pytest.raises(flags.IllegalFlagValueError):
         example.FLAGS(["train.py", "--model=transformer"])
+
+
+def test_a_signal_while_tracing_is_raised_at_the_next_batch(example):
+    """Raised inside a trace, the interrupt would cross TensorFlow's C++ (a SystemError, or an abort): it is
+    remembered and StopCheck raises it once the step has run; outside a trace it is raised at once."""
+    example.STOPPED_BY.clear()
+    try:
+        @tf.function
+        def trace():
+            example.stop_training(signal.SIGINT, None)
+            return tf.constant(1)
+
+        assert trace().numpy() == 1 and example.STOPPED_BY == ["Ctrl-C (SIGINT)"]
+        with pytest.raises(KeyboardInterrupt, match=r"Ctrl-C \(SIGINT\)"):
+            example.StopCheck().on_train_batch_end(0)
+        with pytest.raises(KeyboardInterrupt, match=r"Ctrl-C \(SIGINT\)"):  # the first signal names the stop
+            example.stop_training(signal.SIGTERM, None)
+    finally:
+        example.STOPPED_BY.clear()

@@ -152,6 +152,7 @@ def _one_line_exit(process, timeout=120):
     """stderr's last line, after checking the run failed with it and no traceback."""
     _, stderr = process.communicate(timeout=timeout)
     assert process.returncode not in (0, None) and "Traceback" not in stderr, stderr[-3000:]
+    assert "Fatal Python error" not in stderr, stderr[-3000:]  # (a crash's last line names no cause)
     return stderr.strip().splitlines()[-1]
 
 
