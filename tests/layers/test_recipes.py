@@ -55,6 +55,22 @@ def test_every_recipe_regularises_with_half_its_weight_decay(tiny, name):
         assert regularizer.l2 == pytest.approx(recipe.weight_decay / 2), path
 
 
+def test_gin_kernels_start_as_pytorchs_linear(tiny):
+    """U(+-1 / sqrt(fan_in)), every MLP kernel of both GIN layers, each its own draw (glorot made the recipe
+    collapse on some seeds of Amazon Computers)."""
+    graph, *_ = tiny
+    keras.utils.set_random_seed(0)
+    model = build("gin", graph, x_width=400)
+    model.build((graph.num_vertices, 400))
+    kernels = [dense.kernel.numpy() for layer in model.graph_layers if isinstance(layer, layers.GIN)
+               for dense in layer.mlp]
+    assert [k.shape for k in kernels] == [(400, 64), (64, 64), (64, 64), (64, 3)]
+    for kernel in kernels:
+        bound = 1 / np.sqrt(kernel.shape[0])
+        assert np.abs(kernel).max() <= bound and np.abs(kernel).max() > 0.9 * bound, kernel.shape
+    assert not np.array_equal(kernels[1], kernels[2])
+
+
 @pytest.mark.parametrize("name", ["gcn", "gat", "appnp"])
 def test_no_weight_decay_no_regulariser(tiny, name):
     graph, *_ = tiny
