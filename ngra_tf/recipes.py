@@ -62,7 +62,7 @@ def fan_in_uniform():
     """PyTorch's nn.Linear initialisation, U(+-1 / sqrt(fan_in)), as PyG's GIN starts: the GIN recipe's. GIN
     sums its neighbours' rows (36 on average on Amazon Computers) through two MLP layers per graph layer; with
     Keras's glorot, 2.4x wider there, training collapsed on some seeds (26.6-60.4 % over 5; 62.0-72.1 % with
-    this). On Cora glorot did 2 points better (77.6 against 75.6 % over 10 seeds; PyG 75.5 %):
+    this). On Cora glorot did 1.8 points better (77.6 against 75.8 % over 10 seeds; PyG 75.5 %):
     docs/results/accuracy.md."""
     return keras.initializers.VarianceScaling(1 / 3, mode="fan_in", distribution="uniform")
 
