@@ -10,6 +10,7 @@
 // is lane p % n of group p / n, n values to a group (4 for float32, 2 for
 // float64). The key and counter come from StatelessRandomGetKeyCounter, as
 // stateless_uniform's do.
+#include <atomic>
 #include <cstdint>
 
 #include "ops/cc/op_util.h"
