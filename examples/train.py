@@ -246,7 +246,8 @@ def train_once(inputs, seed):
     model = recipes.build_model(FLAGS.model, inputs.graph, inputs.num_classes, recipe=recipe,
                                 num_features=inputs.features.shape[-1], depth=FLAGS.depth, k=FLAGS.k,
                                 alpha=FLAGS.alpha, attention_dropout=FLAGS.attention_dropout,
-                                sparse=scipy.sparse.issparse(inputs.features),
+                                sparse=scipy.sparse.issparse(inputs.features) or getattr(inputs.features, "sparse",
+                                                                                         False),
                                 **options)
     model.compile(optimizer=keras.optimizers.Adam(recipe.learning_rate), loss=ngra_tf.masked_loss(),
                   weighted_metrics=["accuracy"])

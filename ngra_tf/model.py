@@ -395,6 +395,8 @@ class GraphModel(keras.Model):
                 raise ValueError(f"{self.name}: the features have rows of shape {self._input_shape[1:]}, but the "
                                  f"model's input {self.network.inputs[0].name} takes rows of shape {expected}")
         elif self._chain is None:
+            if self.store is not None:  # (a store's CSR features come as tf.SparseTensor rows)
+                self._sparse_input = self.store.is_sparse(self._features)
             # Called on symbolic rows, the layers build with their true shapes (SAGA layers measure theirs on a
             # probe graph); a store's features are never read whole.
             object.__setattr__(self, "_chain", sequential_network(self.graph_layers, self._input_shape,
@@ -421,6 +423,11 @@ class GraphModel(keras.Model):
             raise ValueError("sample_weight (the vertex mask) needs labels")
         if x.name != self._features:
             self._features, self._executor = x.name, None
+        if self.network is not None and self.network.inputs[0].sparse != x.sparse:
+            held, wanted = ("CSR", "keras.Input(..., sparse=True)") if x.sparse else ("dense", "a dense keras.Input")
+            raise ValueError(f"{what}: {store.path} holds {x.name!r} as {held} rows, but the model's input "
+                             f"{self.network.inputs[0].name} takes {'sparse' if not x.sparse else 'dense'} ones: "
+                             f"build it with {wanted} (recipes.build_model(..., sparse={x.sparse}))")
         if not self.built:
             self.build(x.shape)
         self.executor()  # plans the steps now: a budget that is too small fails before any work

@@ -1,6 +1,6 @@
 """Converts a graph into an ngra-tf chunk store (P x P edge chunks, vertex arrays per interval).
 
-    # Cora, prepared for GCN (symmetrised, self loops, GCN edge weights), P = 2
+    # Cora, prepared for GCN (symmetrised, self loops, GCN edge weights), P = 2; its features stored as CSR
     python tools/partition_graph.py --preset=cora --output=/tmp/cora.store --chunks=2
 
     # A synthetic preset, P chosen so a step's chunk and three feature intervals fit 256 MB, as HDF5
@@ -8,7 +8,8 @@
         --format=hdf5
 
     # Your own graph: a text edge list ("src dst [weight]" per line, # comments) or an .npz with
-    # src, dst[, edge_data][, num_vertices]; features from .npy, .npz or HDF5; labels from .npy
+    # src, dst[, edge_data][, num_vertices]; features from .npy, .npz (scipy.sparse's: stored as CSR) or HDF5;
+    # labels from .npy
     python tools/partition_graph.py --edges=edges.txt --features=x.h5 --features_key=feat \\
         --labels=y.npy --output=my.store --memory_budget=1GiB
 
@@ -42,15 +43,19 @@ flags.DEFINE_string("features_key", None, "The array of --features inside an .np
 flags.DEFINE_string("labels", None, "Per-vertex labels (.npy).")
 flags.DEFINE_integer("num_vertices", None, "Vertex count of --edges (default: the file's num_vertices, else the "
                      "features' row count, else 1 + the largest id).", lower_bound=0)
-flags.DEFINE_string("preset", None, "A dataset by name instead of --edges: cora or a synthetic NGra preset "
-                    "(reddit-small, reddit-middle, ...; see ngra_tf.graph.datasets.PRESETS).")
+flags.DEFINE_string("preset", None, "A dataset by name instead of --edges: cora, amazon_computers or a synthetic "
+                    "NGra preset (reddit-small, reddit-middle, ...; see ngra_tf.graph.datasets.PRESETS).")
 flags.DEFINE_float("scale", 1.0, "Multiplies a synthetic preset's vertex and edge counts.", lower_bound=1e-6)
 flags.DEFINE_integer("seed", 0, "Seed of a synthetic preset.")
 flags.DEFINE_enum("prepare", None, ["gcn", "symmetric", "none"], "Graph preparation as ngra_tf.recipes does it: "
                   "gcn (symmetrised, deduplicated, self loops, GCN edge weights), symmetric (the same without "
                   "edge data: commnet, mpgcn, ggcn, gat) or none. Default: gcn for presets, none for files.")
-flags.DEFINE_bool("normalize_features", None, "Row-normalise the features (default: for cora, as "
-                  "examples/train.py does; not for synthetic presets or files).")
+flags.DEFINE_enum("normalize", "auto", ["auto", "row", "l2", "none"], "A preset's feature normalisation: auto "
+                  "as examples/train.py trains (cora row, amazon_computers l2, synthetic none), or row sums, "
+                  "Euclidean norms (real graphs), none. Files are stored as given.")
+flags.DEFINE_enum("feature_format", "auto", ["auto", "sparse", "dense"], "How a real graph's features are stored: "
+                  "CSR (sparse), dense, or auto: CSR when under 10% of the entries are non-zero (cora). A "
+                  "scipy.sparse .npz given to --features is stored as CSR.")
 flags.DEFINE_string("output", None, "The store directory to write.")
 flags.DEFINE_enum("format", "npy", ["npy", "hdf5"], "Store format: one .npy per array, or HDF5 files (read "
                   "through tensorflow-io).")
@@ -102,15 +107,17 @@ def _inputs():
         if FLAGS.preset not in presets.NAMES:
             raise ValueError(f"--preset must be one of {', '.join(presets.NAMES)}; got {FLAGS.preset!r}")
         edges, rows, description = presets.preset_inputs(FLAGS.preset, FLAGS.seed, FLAGS.scale,
-                                                         FLAGS.normalize_features)
+                                                         FLAGS.normalize, FLAGS.feature_format)
         return edges, rows, description, FLAGS.prepare or "gcn"
     if not FLAGS.edges:
         raise ValueError("give --edges=FILE or --preset=NAME")
+    for name in ("normalize", "feature_format"):
+        if FLAGS[name].present:
+            raise ValueError(f"--{name} applies to presets; prepare file features before converting (a "
+                             f"scipy.sparse .npz is stored as CSR)")
     rows = {}
     if FLAGS.features:
         rows["features"] = sources.rows_from_file(FLAGS.features, FLAGS.features_key)
-        if FLAGS.normalize_features:
-            raise ValueError("--normalize_features applies to presets; normalise file features before converting")
     if FLAGS.labels:
         rows["labels"] = sources.rows_from_file(FLAGS.labels)
     edges = sources.edges_from_file(FLAGS.edges, FLAGS.num_vertices)
@@ -148,8 +155,7 @@ def main(argv):
         print(f"partition_graph.py: error: {error}", file=sys.stderr)
         sys.exit(1)
     seconds = time.perf_counter() - start
-    row_nbytes = sum(store.vertex_spec(name)[1].itemsize * _prod(store.vertex_spec(name)[0])
-                     for name in store.vertex_names)
+    row_nbytes = sum(store.row_nbytes(name) for name in store.vertex_names)
     edge_row_nbytes = 0 if store.edge_data_spec is None else (
         store.edge_data_spec[1].itemsize * _prod(store.edge_data_spec[0]))
     step = memory.partition_step_nbytes(store.edge_counts, store.bounds, row_nbytes, edge_row_nbytes)

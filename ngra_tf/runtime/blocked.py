@@ -142,7 +142,7 @@ class BlockedStage:
 
     def _tiles(self, inps) -> RowTiles:
         """Each interval's tiles: rows of the inputs at most tile_bytes at a time (the whole interval in memory)."""
-        width = max(1, sum(row_bytes(inp.row_shape, inp.dtype) for inp in inps))
+        width = max(1, sum(inp.row_nbytes for inp in inps))
         return RowTiles.of(self.sizes, width,
                            self.executor.tile_bytes if self.streamed else width * max(1, int(self.sizes.max())))
 

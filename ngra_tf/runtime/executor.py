@@ -21,8 +21,9 @@ widths, schedule) and called with each layer's own variables and states
 layers, not with depth. `Executor(x, training)` returns the last stage's
 output in the user's vertex order, differentiable w.r.t. x and the weights.
 In memory on one device x may be sparse (a tf.SparseTensor, bag-of-words
-features): it is never densified where a matmul reads it first (the compiled
-layers' replay, Keras's Dense), and it gets no gradient.
+features), and so may a store's features (a CSR array, read as
+tf.SparseTensor tiles): they are never densified where a matmul reads them
+first (the compiled layers' replay, Keras's Dense), and get no gradient.
 The executor imports no layer: a stage's graph layer is anything with
 `compiled(rows, graph, rewrites, training)` and `compute_output_shape`.
 """
@@ -162,8 +163,9 @@ class Executor:
         training = bool(training)
         if isinstance(x, tf.SparseTensor):
             if self.streamed or not self.whole:
-                raise ValueError("sparse features train in memory on one device; from a store or over several "
-                                 "devices, give dense rows (tf.sparse.to_dense, or a store's dense feature array)")
+                raise ValueError("sparse features in memory train on one device; over several devices give dense "
+                                 "rows (tf.sparse.to_dense), or train from a store, whose CSR features stream sparse "
+                                 "(tools/partition_graph.py)")
             x = sparse_with_values(x, x.values)  # (a copy: Keras may hand over rows of unknown count)
             x.set_shape([int(self.sizes.sum())] + x.shape[1:].as_list())
         else:
@@ -184,7 +186,8 @@ class Executor:
         with tf.init_scope():
             if self.streamed:
                 row_shape, dtype = self.residency.input_spec(self.compute_dtype)
-                values = {INPUT: tf.zeros((2,) + row_shape, dtype)}
+                values = {INPUT: sparse_zeros((2,) + row_shape, dtype) if self.residency.sparse else
+                          tf.zeros((2,) + row_shape, dtype)}
             else:
                 values = {INPUT: _two_rows_of_zeros(x)}
             for index, stage in enumerate(self.stages):
@@ -349,8 +352,7 @@ class Executor:
             kernels, loops = self.compiled(index, spec, training)
         input_specs = tuple((tuple(x.row_shape), tf.as_dtype(x.dtype).name,
                              "store" if x.blocks is None else x.blocks.home) for x in xs)
-        signature = (stage.prologue_signature([tf.TensorSpec([None] + list(x.row_shape), x.dtype) for x in xs],
-                                              training),
+        signature = (stage.prologue_signature([x.spec for x in xs], training),
                      None if kernels is None else kernels.signature, input_specs, bool(training),
                      self.tile_bytes, tuple(spec.shape[1:].as_list()))
         if signature not in self._programs:
@@ -377,7 +379,7 @@ class Executor:
         residency = self.residency
         reader, name = residency.reader, residency.features
         row_shape, dtype = residency.input_spec(self.compute_dtype)
-        cached = residency.cached and self.lanes.ring is None
+        cached = residency.cached and self.lanes.ring is None and not residency.sparse  # (CSR tiles: uncached)
 
         def rows(part, start, stop, tile=None, offset=None, after=None):
             if cached and tile is not None:  # through the cache, as its plan says (plan.cache)
@@ -385,10 +387,19 @@ class Executor:
                                     keep=residency.cache_access(offset, tile, after), after=after)
             else:
                 value = reader.rows(name, part, start, stop)
+            if isinstance(value, tf.SparseTensor):  # (CSR features: their entries move, in the compute dtype)
+                indices = copy_h2d(value.indices) if self.copies else value.indices
+                out = tf.SparseTensor(indices, on_device(value.values), value.dense_shape)
+                out.set_shape(value.shape)
+                return out
+            return on_device(value)
+
+        def on_device(value):
             value = copy_h2d(value) if self.copies else value
             return tf.cast(value, dtype) if value.dtype != dtype else value
 
-        return Rows(rows, row_shape, dtype, state=after)
+        return Rows(rows, row_shape, dtype, state=after, sparse=residency.sparse,
+                    row_nbytes=residency.input_row_nbytes())
 
     def _host_rows(self, rows, name):
         """Rows in interval order as host-tier blocks (in memory: host memory)."""

@@ -162,6 +162,15 @@ class Streamed:
         dtype = tf.as_dtype(dtype)
         return tuple(row_shape), compute_dtype if dtype.is_floating else dtype
 
+    @property
+    def sparse(self) -> bool:
+        """Whether the features are a CSR array: read as tf.SparseTensor rows, never densified."""
+        return self.store.is_sparse(self.features)
+
+    def input_row_nbytes(self) -> int:
+        """Bytes a row of the features takes once read (what their row tiles are sized by)."""
+        return self.store.row_nbytes(self.features)
+
     def selected_chunks(self) -> dict:
         """{chunk id: source rows it uses}, for the chunks whose edges leave from fewer than `selective` of their
         source interval's rows (NeuGraph's selective scheduling; read from the store's CSR pointers once)."""

@@ -36,8 +36,9 @@ class SpillDirectory:
         self.spill_dir = spill_dir
         self._own = None  # this executor's directory inside the parent
         self._serial = 0
-        # The files (path -> bytes) and the directories made for them: only these are removed, by close() and,
-        # should a process exit without it, at exit.
+        # The files (path -> bytes) and the directories made for them, as (directory, None) for its own (removed
+        # whole) or (spill_dir, the outermost directory made with it) (removed once empty): only these are removed,
+        # by close() and, should a process exit without it, at exit.
         self._files, self._made = {}, []
         weakref.finalize(self, _remove, self._files, self._made)
 
@@ -78,13 +79,13 @@ class SpillDirectory:
                 if os.path.exists(parent) and not os.path.isdir(parent):
                     raise NotADirectoryError(errno.ENOTDIR, "it is a file, not a directory")
                 if not os.path.isdir(parent):
-                    made = parent  # the outermost missing directory: close() removes it whole
+                    made = parent  # the outermost missing directory: close() removes it, if nothing else is there
                     while not os.path.exists(os.path.dirname(made)):
                         made = os.path.dirname(made)
-                    self._made.append(made)
+                    self._made.append((parent, made))
                     os.makedirs(parent, mode=0o700, exist_ok=True)
                 self._own = tempfile.mkdtemp(prefix="ngra-spill-", dir=parent)
-                self._made.append(self._own)
+                self._made.append((self._own, None))
             os.makedirs(self._own, mode=0o700, exist_ok=True)
         except OSError as error:
             raise faults.SpillDirectoryError(
@@ -114,14 +115,25 @@ def file_name(name: str) -> str:
 
 
 def _remove(files, made):
-    """Deletes the files and the directories made for them (whole: nothing else was put there)."""
+    """Deletes the files and the directories made for them: this executor's own whole, the spill_dir made for it
+    (and the missing parents made with it) only once empty, since another executor may have put its own there."""
     for path in files:
         try:
             os.remove(path)
         except FileNotFoundError:
             pass
-    for directory in made:
-        shutil.rmtree(directory, ignore_errors=True)
+    for directory, root in reversed(made):  # (its own directory first: it is inside the one made for it)
+        if root is None:
+            shutil.rmtree(directory, ignore_errors=True)
+            continue
+        while True:
+            try:
+                os.rmdir(directory)
+            except OSError:  # not empty (another executor's), or gone
+                break
+            if directory == root:
+                break
+            directory = os.path.dirname(directory)
 
 
 __all__ = ["SpillDirectory", "file_name"]

@@ -82,7 +82,7 @@ class Stage:
         compute the same function of their own variables share the loops that run them."""
         if self.prologue is None:
             return "none"
-        key = (tuple((tuple(s.shape.as_list()), s.dtype.name) for s in specs), bool(training))
+        key = (tuple((type(s).__name__, tuple(s.shape.as_list()), s.dtype.name) for s in specs), bool(training))
         cache = self.__dict__.setdefault("_signatures", {})
         if key not in cache:
             prologue = self.prologue
@@ -90,7 +90,8 @@ class Stage:
                                  autograph=False).get_concrete_function(*specs)
             graph = traced.graph
             external = {internal.name: outer for outer, internal in graph.captures}
-            cache[key] = graph_signature(graph, external, prologue.variables, graph.inputs[:len(specs)])
+            inputs = graph.inputs[:len(tf.nest.flatten(specs, expand_composites=True))]  # (a sparse spec: three)
+            cache[key] = graph_signature(graph, external, prologue.variables, inputs)
         return cache[key]
 
     def without_prologue(self, key):

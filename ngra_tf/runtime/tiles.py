@@ -102,7 +102,7 @@ class TilePasses:
                 set_seeds(seeds, bases[1], first + t)
                 xs = [inp.rows(p, start, stop, first + t, offset, after) for inp in inps]
                 with tf.GradientTape() as tape:
-                    tape.watch(xs)
+                    tape.watch([x for x in xs if not isinstance(x, tf.SparseTensor)])  # (sparse: the features)
                     values = fn(prologue(xs, bases[0], first + t))
                 targets = [values[name] for name in names]
                 result = gradients(tape, targets, [xs[k] for k in wanted] + weights,
@@ -159,11 +159,19 @@ class BoundPrologue:
 
 
 class Rows:
-    """A stage's input as blocks of rows: rows(part, start, stop) on the device."""
+    """A stage's input as blocks of rows: rows(part, start, stop) on the device. `sparse`: they come as
+    tf.SparseTensor (a store's CSR features); `row_nbytes`: what a row takes once read (tiles are sized by it)."""
 
-    def __init__(self, read, row_shape, dtype, blocks=None, state=None):
+    def __init__(self, read, row_shape, dtype, blocks=None, state=None, sparse=False, row_nbytes=None):
         self._read, self.row_shape, self.dtype = read, tuple(row_shape), tf.as_dtype(dtype)
-        self.blocks, self.state = blocks, state
+        self.blocks, self.state, self.sparse = blocks, state, bool(sparse)
+        self.row_nbytes = row_bytes(self.row_shape, self.dtype) if row_nbytes is None else int(row_nbytes)
+
+    @property
+    def spec(self):
+        """The spec of a tile of these rows."""
+        shape = [None] + list(self.row_shape)
+        return tf.SparseTensorSpec(shape, self.dtype) if self.sparse else tf.TensorSpec(shape, self.dtype)
 
     def rows(self, part, start, stop, tile=None, offset=None, after=None):
         """Rows start..stop of interval `part`; `tile`, the tile's index, `offset`, where the pass's tiles start

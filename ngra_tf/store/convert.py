@@ -39,7 +39,7 @@ from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candida
                                      chunk_from_edges, count_chunk_edges)
 from ngra_tf.store import integrity, memory, store
 from ngra_tf.store.prepare import PREPARATIONS, SymmetrizedEdges
-from ngra_tf.store.sources import ArrayRows, EdgeSource, GraphEdges, RowSource, Work
+from ngra_tf.store.sources import EdgeSource, GraphEdges, RowSource, Work, row_source
 
 # Without a budget (num_parts given), blocks are sized for this much memory.
 DEFAULT_BUDGET = 1 << 30
@@ -181,8 +181,10 @@ class _Conversion:
         assignment = assign_intervals(scan.degree, num_parts, reencode,
                                       lambda candidates: self._candidate_counts([num_parts])[num_parts])
         vertex_specs = {name: (rows.row_shape, rows.dtype) for name, rows in self.vertex_rows.items()}
+        sparse = {name: np.bincount(assignment.part_of, rows.row_counts(), num_parts).astype(np.int64)
+                  for name, rows in self.vertex_rows.items() if getattr(rows, "sparse", False)}  # CSR: entries
         layout = store.Layout(self.module, scan.num_vertices, assignment.bounds, assignment.edge_counts,
-                              vertex_specs, scan.edge_data_spec)
+                              vertex_specs, scan.edge_data_spec, sparse)
         buckets, record = self._bucket_edges(assignment)
         self._write_chunks(layout, assignment, buckets, record)
         self._write_vertex_rows(layout, assignment)
@@ -196,7 +198,8 @@ class _Conversion:
             "imbalance": {"before": assignment.imbalance_before, "after": assignment.imbalance_after},
             "index_dtype": store.chunk_index_dtype(scan.num_edges, scan.num_vertices, scan.num_vertices).str,
             "order": layout.order().path,
-            "vertex_arrays": {name: spec_entry(spec) for name, spec in vertex_specs.items()},
+            "vertex_arrays": {name: store.sparse_entry(*spec, sparse[name]) if name in sparse else spec_entry(spec)
+                              for name, spec in vertex_specs.items()},
             "edge_data": None if scan.edge_data_spec is None else spec_entry(scan.edge_data_spec),
             "files": self.files,
         }
@@ -293,30 +296,32 @@ class _Conversion:
         pending = {path: set(keys) for path, keys in files.items()}
         writers = {}
         for name, rows in self.vertex_rows.items():
-            locations = [layout.vertex(name, part) for part in range(num_parts)]
-            for location in locations:
+            located = [layout.vertex_parts(name, part) for part in range(num_parts)]
+            for location in (location for locations in located for location in locations):
                 if location.path not in writers:
                     final = self._final_path(location.path)
                     specs = {key: (loc.shape, loc.dtype) for key, loc in files[location.path].items()}
                     writers[location.path] = (self.module.RowWriter(integrity.temporary_path(final), specs), final)
+            sparse = name in layout.sparse
+            append = _CsrAppender(located, writers) if sparse else (
+                lambda part, block: writers[located[part][0].path][0].append(located[part][0].key, block))
             block_rows = max(1, self.work.block_bytes // max(rows.row_nbytes, 1))
             start = 0
             for block in rows.blocks(block_rows):
-                block = np.asarray(block)
+                block = block if sparse else np.asarray(block)
                 if block.shape[1:] != rows.row_shape or block.dtype != rows.dtype:
                     raise ValueError(f"{rows.label}: rows {start}.. are {block.dtype}{list(block.shape[1:])}, "
                                      f"expected {rows.dtype}{list(rows.row_shape)}")
-                parts = assignment.part_of[start:start + len(block)]
+                parts = assignment.part_of[start:start + block.shape[0]]
                 order = np.argsort(parts, kind="stable")
                 starts = np.searchsorted(parts[order], np.arange(num_parts + 1))
                 for part in np.flatnonzero(np.diff(starts)):
-                    writers[locations[part].path][0].append(locations[part].key,
-                                                            block[order[starts[part]:starts[part + 1]]])
-                start += len(block)
+                    append(part, block[order[starts[part]:starts[part + 1]]])
+                start += block.shape[0]
                 self.work.report(f"write {name}", start, rows.num_rows)
             if start != rows.num_rows:
                 raise ValueError(f"{rows.label} gave {start} rows, expected {rows.num_rows}")
-            for location in locations:
+            for location in (location for locations in located for location in locations):
                 pending[location.path].discard(location.key)
                 if not pending[location.path] and location.path in writers:
                     writer, final = writers.pop(location.path)
@@ -351,17 +356,35 @@ class _Conversion:
             self._commit(final, relative, keyed)
 
 
+class _CsrAppender:
+    """Appends blocks of CSR rows to each interval's indptr, indices and values writers (`located`: each
+    interval's three Locations), the pointers running on from the interval's entries so far."""
+
+    def __init__(self, located, writers):
+        self.located, self.writers = located, writers
+        self.entries = [0] * len(located)
+        for indptr, _, _ in located:
+            writers[indptr.path][0].append(indptr.key, np.zeros(1, np.int64))
+
+    def __call__(self, part, block):
+        indptr, indices, values = self.located[part]
+        self.writers[indptr.path][0].append(indptr.key, self.entries[part] + block.indptr[1:].astype(np.int64))
+        self.writers[indices.path][0].append(indices.key, block.indices.astype(indices.dtype, copy=False))
+        self.writers[values.path][0].append(values.key, block.data)
+        self.entries[part] += block.nnz
+
+
 def write_store(directory, graph, num_parts: int, vertex_data: dict | None = None, format: str = "npy",
                 reencode: bool = True, progress=None, overwrite: bool = False) -> store.Store:
     """Writes graph.partition(num_parts, reencode) and per-vertex arrays as a store; returns it opened.
 
     vertex_data maps names to arrays with one row per vertex in the user's
-    order ([V, ...]: features, labels, boolean masks); they are stored in
-    interval order. format is "npy" or "hdf5". progress(stage, done, total)
+    order ([V, ...]: features, labels, boolean masks; a scipy.sparse matrix is
+    stored as CSR); they are stored in interval order. format is "npy" or "hdf5". progress(stage, done, total)
     is called as the conversion advances. A directory that is not empty is
     refused unless overwrite=True (its contents are then replaced).
     """
-    rows = {name: ArrayRows(name, array) for name, array in (vertex_data or {}).items()}
+    rows = {name: row_source(name, array) for name, array in (vertex_data or {}).items()}
     return convert(directory, GraphEdges(graph), rows, num_parts=num_parts, format=format,
                            reencode=reencode, progress=progress, overwrite=overwrite,
                            source={"kind": "in-memory Graph", "graph": repr(graph)})

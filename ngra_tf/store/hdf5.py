@@ -1,7 +1,8 @@
 """The HDF5 store backend: one HDF5 file per chunk and one per vertex interval.
 
     order.h5                       dataset order: new vertex id -> user id (int64 [V])
-    vertex/<part>.h5               one dataset per vertex array: its rows of interval `part`
+    vertex/<part>.h5               one dataset per vertex array: its rows of interval `part` (a CSR
+                                   array: datasets <name>.indptr, <name>.indices and <name>.values)
     chunks/<i>-<j>.h5              datasets csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge,
                                    edge_ids, edge_data of chunk C[i][j]
 
@@ -26,6 +27,7 @@ NAME = "hdf5"
 # File names (store.Layout fills them in); the key of an array in its file is its own name.
 ORDER_FILE = "order.h5"
 VERTEX_FILE = "vertex/{part:05d}.h5"
+SPARSE_VERTEX_FILE = "vertex/{part:05d}.h5"  # datasets <name>.indptr, <name>.indices, <name>.values
 CHUNK_FILE = "chunks/{src_part:05d}-{dst_part:05d}.h5"
 
 

@@ -2,6 +2,7 @@
 
     order.npy                              new vertex id -> user id (int64 [V])
     vertex/<name>/<part>.npy               a vertex array's rows of one interval, in interval order
+    vertex/<name>/<part>.<array>.npy       a CSR vertex array's indptr, indices and values of one interval
     chunks/<i>-<j>/<array>.npy             chunk C[i][j]: csc_indptr, csc_src, csr_indptr, csr_dst,
                                            csr_edge, edge_ids, edge_data
 
@@ -22,6 +23,7 @@ NAME = "npy"
 # File names (store.Layout fills them in); the key of an array in its file is its own name.
 ORDER_FILE = "order.npy"
 VERTEX_FILE = "vertex/{name}/{part:05d}.npy"
+SPARSE_VERTEX_FILE = "vertex/{name}/{part:05d}.{array}.npy"  # a CSR array's indptr, indices and values
 CHUNK_FILE = "chunks/{src_part:05d}-{dst_part:05d}/{array}.npy"
 
 

@@ -1,4 +1,8 @@
-"""Datasets by name as conversion inputs: Cora and the synthetic NGra Table 1 presets.
+"""Datasets by name as conversion inputs: the shipped real graphs and the synthetic NGra Table 1 presets.
+
+A shipped graph (Cora, Amazon Computers) brings its features as a model
+trains on them (`Dataset.training_features`: normalised for the data, and
+CSR where few entries are non-zero, so the store's feature array is CSR).
 
 A synthetic preset is streamed, never held: its edges come block by block
 from `synthetic.power_law_edges` and its features block by block from the
@@ -14,9 +18,10 @@ import numpy as np
 
 from ngra_tf.graph import datasets
 from ngra_tf.graph.synthetic import power_law_edges
-from ngra_tf.store.sources import ArrayRows, EdgeBlock, EdgeSource, GraphEdges, RowSource
+from ngra_tf.store.sources import ArrayRows, EdgeBlock, EdgeSource, GraphEdges, RowSource, row_source
 
-NAMES = ("cora",) + tuple(datasets.PRESETS)
+NAMES = tuple(datasets.SHIPPED) + tuple(datasets.PRESETS)
+FEATURE_FORMATS = ("auto", "sparse", "dense")
 
 
 class PowerLawEdges(EdgeSource):
@@ -57,27 +62,39 @@ def _masks(num_vertices: int, **indices) -> dict:
     return masks
 
 
-def preset_inputs(name: str, seed: int = 0, scale: float = 1.0, normalize_features: bool | None = None):
+def preset_inputs(name: str, seed: int = 0, scale: float = 1.0, normalize: str = "auto",
+                  feature_format: str = "auto"):
     """(edges, {name: RowSource}, description) of dataset `name`.
 
-    normalize_features row-normalises the features; by default as
-    examples/train.py does: Cora's (bag of words) yes, synthetic ones no.
+    normalize: "auto" (a shipped graph's as Dataset.training_features picks it, as examples/train.py trains;
+    synthetic features: none), "row", "l2" (shipped graphs only) or "none". feature_format: a shipped graph's
+    features stored as CSR ("sparse"), dense ("dense"), or as training_features decides ("auto": CSR under
+    datasets.SPARSE_DENSITY non-zeros); synthetic features are dense.
     """
-    if name == "cora":
+    if normalize not in datasets.NORMALIZATIONS:
+        raise ValueError(f"normalize must be one of {', '.join(datasets.NORMALIZATIONS)}; got {normalize!r}")
+    if feature_format not in FEATURE_FORMATS:
+        raise ValueError(f"feature_format must be one of {', '.join(FEATURE_FORMATS)}; got {feature_format!r}")
+    if name in datasets.SHIPPED:
         if scale != 1.0:
-            raise ValueError("cora has no scale: it is the published graph")
-        dataset = datasets.cora()
-        normalize = True if normalize_features is None else normalize_features
-        rows = {"features": ArrayRows("features", dataset.dense_features(normalize=normalize)),
-                "labels": ArrayRows("labels", dataset.labels)}
+            raise ValueError(f"{name} has no scale: it is the published graph")
+        dataset = datasets.load(name)
+        features = dataset.training_features(normalize, "auto" if feature_format == "auto" else
+                                             feature_format == "sparse")
+        rows = {"features": row_source("features", features), "labels": ArrayRows("labels", dataset.labels)}
         rows.update(_masks(dataset.num_vertices, train_mask=dataset.train_index, val_mask=dataset.val_index,
                            test_mask=dataset.test_index))
-        description = {"preset": "cora", "num_classes": dataset.num_classes, "normalized_features": normalize}
+        how = datasets.auto_normalization(dataset.features) if normalize == "auto" else normalize
+        description = {"preset": name, "num_classes": dataset.num_classes, "normalized_features": how,
+                       "feature_format": "csr" if getattr(rows["features"], "sparse", False) else "dense"}
         return GraphEdges(dataset.graph), rows, description
     if name not in datasets.PRESETS:
         raise ValueError(f"preset must be one of {', '.join(NAMES)}; got {name!r}")
+    if normalize == "l2" or feature_format == "sparse":
+        raise ValueError(f"{name}'s synthetic features are dense standard-normal rows: normalize=l2 and "
+                         f"feature_format=sparse apply to {', '.join(datasets.SHIPPED)}")
     vertices, edges, width, classes = datasets.preset_shape(name, scale)
-    normalize = bool(normalize_features)
+    normalize = normalize == "row"
     description = {"preset": name, "seed": seed, "scale": scale, "num_classes": classes,
                    "normalized_features": normalize}
     features = SyntheticFeatures(vertices, width, seed, normalize)

@@ -123,7 +123,12 @@ class StoreReader:
                              "convert it again")
         self.index_dtype = tf.as_dtype(dtypes.pop())
         self.arrays = tuple(self._chunks)  # a chunk's arrays, in the order of their cache keys
-        self._vertex = {name: _Table(store, [layout.vertex(name, p) for p in range(P)]) for name in vertex_names}
+        self._vertex = {name: _Table(store, [layout.vertex(name, p) for p in range(P)]) for name in vertex_names
+                        if not store.is_sparse(name)}
+        # A CSR array: its indptr, indices and values, each a table over the intervals.
+        self._csr = {name: [_Table(store, [layout.vertex_parts(name, p)[a] for p in range(P)]) for a in range(3)]
+                     for name in vertex_names if store.is_sparse(name)}
+        self._widths = {name: store.vertex_spec(name)[0][0] for name in self._csr}
 
     @property
     def cacheable(self) -> bool:
@@ -145,12 +150,28 @@ class StoreReader:
         return self._chunks[name].row_shape
 
     def rows(self, name, part, start=None, stop=None, cache=-1, key=0, keep=False, after=None):
-        """Rows start..stop of interval `part` of vertex array `name` (host tensor); through `cache` as chunk()."""
+        """Rows start..stop of interval `part` of vertex array `name` (host tensor); through `cache` as chunk().
+        A CSR array's rows are a tf.SparseTensor (entries in row-major order), read uncached: its pointers, then
+        the range of indices and values they give."""
+        if name in self._csr:
+            return self._sparse_rows(name, part, start, stop)
         return self._vertex[name].read(part, start, stop, cache=cache, key=key, keep=keep, after=after)
 
-    def row_spec(self, name):
-        table = self._vertex[name]
-        return table.row_shape, table.dtype
+    def _sparse_rows(self, name, part, start, stop):
+        """Rows start..stop of interval `part` of CSR array `name` as a tf.SparseTensor: the rows' pointers, then
+        the range of columns and values they bound (the stored rows are canonical: row-major order)."""
+        indptr, indices, values = self._csr[name]
+        start = tf.constant(0, tf.int64) if start is None else tf.cast(start, tf.int64)
+        stop = tf.gather(indptr.counts, part) - 1 if stop is None else tf.cast(stop, tf.int64)
+        pointers = indptr.read(part, start, stop + 1)
+        first, last = pointers[0], pointers[-1]
+        counts = pointers[1:] - pointers[:-1]
+        rows = tf.repeat(tf.range(stop - start), counts)
+        columns = tf.cast(indices.read(part, first, last), tf.int64)
+        out = tf.SparseTensor(tf.stack([rows, columns], axis=1), values.read(part, first, last),
+                              tf.stack([stop - start, tf.constant(self._widths[name], tf.int64)]))
+        out.set_shape([None, self._widths[name]])
+        return out
 
 
 __all__ = ["StoreReader"]

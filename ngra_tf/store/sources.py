@@ -21,6 +21,7 @@ import tokenize
 import zipfile
 
 import numpy as np
+import scipy.sparse as sp
 
 from ngra_tf.graph import datasets
 
@@ -345,6 +346,39 @@ class ArrayRows(RowSource):
             yield self.array[start:start + block_rows]
 
 
+class SparseRows(RowSource):
+    """A scipy.sparse matrix (bag-of-words features), stored as a CSR vertex array: blocks of rows come as
+    canonical CSR matrices (columns sorted, repeats summed), of a float dtype."""
+
+    sparse = True
+
+    def __init__(self, label: str, matrix):
+        matrix = sp.csr_matrix(matrix)
+        if matrix.dtype.kind != "f":
+            matrix = matrix.astype(np.float32)
+        matrix.sum_duplicates()  # (also sorts each row's columns)
+        self.label, self.matrix = label, matrix
+        self.num_rows, self.row_shape, self.dtype = matrix.shape[0], (matrix.shape[1],), matrix.dtype
+
+    def row_counts(self) -> np.ndarray:
+        """Stored entries per row."""
+        return np.diff(self.matrix.indptr)
+
+    @property
+    def row_nbytes(self) -> int:  # a row's entries as stored (index, value), on average
+        per_row = self.matrix.nnz / max(self.num_rows, 1)
+        return int(np.ceil(per_row * (self.dtype.itemsize + 8))) + 8
+
+    def blocks(self, block_rows: int):
+        for start in range(0, self.num_rows, block_rows):
+            yield self.matrix[start:start + block_rows]
+
+
+def row_source(label: str, array) -> RowSource:
+    """A row source for an array in memory: SparseRows for a scipy.sparse matrix, else ArrayRows."""
+    return SparseRows(label, array) if sp.issparse(array) else ArrayRows(label, array)
+
+
 class NpyRows(RowSource):
     """An .npy file, or a member of an .npz (key)."""
 
@@ -417,12 +451,22 @@ def rows_from_file(path, key: str | None = None) -> RowSource:
     if lower.endswith(".npy"):
         return NpyRows(path)
     if lower.endswith(".npz"):
+        if key is None and _is_scipy_npz(path):  # scipy.sparse.save_npz's: stored as CSR (read whole: compact)
+            return SparseRows(os.path.abspath(path), sp.load_npz(path))
         return NpyRows(path, key or "features")
     if lower.endswith(HDF5_SUFFIXES):
         if not key:
             raise ValueError(f"{path} is HDF5: name the dataset to read (features_key)")
         return Hdf5Rows(path, key)
     raise ValueError(f"cannot tell the format of {path}: use .npy, .npz or an HDF5 file ({', '.join(HDF5_SUFFIXES)})")
+
+
+def _is_scipy_npz(path) -> bool:
+    try:
+        with np.load(_existing(path, "vertex array file")) as npz:
+            return {"format", "shape", "indptr", "indices", "data"} <= set(npz.files)
+    except (OSError, ValueError):
+        return False  # NpyRows names the problem
 
 
 def edges_from_file(path, num_vertices: int | None = None) -> EdgeSource:

@@ -28,6 +28,7 @@ import os
 import re
 
 import numpy as np
+import scipy.sparse as sp
 import tensorflow as tf
 
 from ngra_tf.graph.adjacency import Adjacency
@@ -82,7 +83,8 @@ class Layout:
     list must agree with it.
     """
 
-    def __init__(self, backend_module, num_vertices, bounds, edge_counts, vertex_arrays: dict, edge_data):
+    def __init__(self, backend_module, num_vertices, bounds, edge_counts, vertex_arrays: dict, edge_data,
+                 sparse: dict | None = None):
         self.backend = backend_module
         self.num_vertices = int(num_vertices)
         self.sizes = np.diff(np.asarray(bounds, np.int64))
@@ -90,6 +92,8 @@ class Layout:
         self.vertex_arrays = {name: (tuple(row_shape), np.dtype(dtype)) for name, (row_shape, dtype)
                               in vertex_arrays.items()}
         self.edge_data = None if edge_data is None else (tuple(edge_data[0]), np.dtype(edge_data[1]))
+        # CSR vertex arrays: name -> stored entries per interval.
+        self.sparse = {name: np.asarray(nnz, np.int64) for name, nnz in (sparse or {}).items()}
 
     @property
     def num_parts(self) -> int:
@@ -99,10 +103,25 @@ class Layout:
         return Location(self.backend.ORDER_FILE, "order", (self.num_vertices,), np.dtype(np.int64), "the vertex order")
 
     def vertex(self, name: str, part: int) -> Location:
+        """Interval `part` of dense vertex array `name` (a CSR array's parts: vertex_parts)."""
         row_shape, dtype = self.vertex_arrays[name]
         path = self.backend.VERTEX_FILE.format(name=name, part=part)
         return Location(path, name, (int(self.sizes[part]),) + row_shape, dtype,
                         f"interval {part} of vertex array {name!r}")
+
+    def vertex_parts(self, name: str, part: int) -> list:
+        """The Locations holding interval `part` of vertex array `name`: its rows, or a CSR array's `indptr`
+        (rows + 1 offsets from 0), `indices` (each entry's column, increasing within a row) and `values`."""
+        if name not in self.sparse:
+            return [self.vertex(name, part)]
+        (width,), dtype = self.vertex_arrays[name]
+        nnz = int(self.sparse[name][part])
+        specs = {"indptr": ((int(self.sizes[part]) + 1,), np.dtype(np.int64)),
+                 "indices": ((nnz,), sparse_index_dtype(width)), "values": ((nnz,), dtype)}
+        return [Location(self.backend.SPARSE_VERTEX_FILE.format(name=name, part=part, array=array),
+                         f"{name}.{array}", shape, array_dtype,
+                         f"interval {part} of vertex array {name!r} (CSR {array})")
+                for array, (shape, array_dtype) in specs.items()]
 
     def chunk(self, src_part: int, dst_part: int, names=CHUNK_ARRAYS) -> list:
         """The Locations of chunk (src_part, dst_part)'s arrays among `names` (edge_data only if the graph has it)."""
@@ -126,7 +145,8 @@ class Layout:
 
     def all(self) -> list:
         found = [self.order()]
-        found += [self.vertex(name, part) for name in self.vertex_arrays for part in range(self.num_parts)]
+        found += [location for name in self.vertex_arrays for part in range(self.num_parts)
+                  for location in self.vertex_parts(name, part)]
         found += [location for i in range(self.num_parts) for j in range(self.num_parts)
                   for location in self.chunk(i, j)]
         return found
@@ -146,6 +166,31 @@ class Layout:
             described[path] = whats[0] if len(whats) == 1 else (
                 f"{whats[0].split(' of ')[0]} of vertex arrays {', '.join(map(repr, keyed))}")
         return described
+
+
+def sparse_index_dtype(width: int) -> np.dtype:
+    """The dtype of a CSR vertex array's column indices: int32 unless its rows are wider."""
+    return np.dtype(np.int32 if width <= np.iinfo(np.int32).max else np.int64)
+
+
+def sparse_entry(row_shape, dtype, nnz) -> dict:
+    """A manifest's entry for a CSR vertex array: its rows' spec and its stored entries per interval."""
+    return {"row_shape": [int(s) for s in row_shape], "dtype": np.dtype(dtype).str, "format": "csr",
+            "nnz": [int(n) for n in nnz]}
+
+
+def csr_problem(indptr, indices, width: int) -> str | None:
+    """What keeps one interval of a CSR vertex array from being canonical (pointers rising from 0 to the
+    entries, columns in 0..width-1 and increasing within each row), or None. O(entries), vectorized."""
+    count = len(indices)
+    if indptr[0] != 0 or indptr[-1] != count or np.any(np.diff(indptr) < 0):
+        return f"indptr does not rise from 0 to the interval's {count} entries"
+    if count and (indices.min() < 0 or indices.max() >= width):
+        return f"indices holds columns outside 0..{width - 1}"
+    row = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    if np.any((np.diff(row) == 0) & (np.diff(indices) <= 0)):
+        return "indices are not increasing within each row (repeated or unsorted columns)"
+    return None
 
 
 def array_entry(shape, dtype) -> dict:
@@ -171,6 +216,33 @@ def _checked_spec(entry, what) -> tuple:
     if dtype is None or dtype.kind not in "biuf" or dtype.itemsize > 8:  # what TF and the read ops take
         raise ValueError(f"{what} has dtype {entry['dtype']!r}, not a numeric numpy dtype of at most 8 bytes")
     return _spec(entry)
+
+
+def _sparse_arrays(entries: dict, num_parts: int | None = None) -> dict:
+    """{name: entries per interval} of the CSR arrays among a manifest's vertex arrays; checked when
+    `num_parts` is given (a manifest read from disk): ValueError unless each is a 1-D row of a float dtype with
+    one natural count per interval."""
+    found = {}
+    for name, entry in entries.items():
+        kind = entry.get("format", "dense")
+        if num_parts is None:
+            if kind == "csr":
+                found[name] = entry["nnz"]
+            continue
+        if kind not in ("dense", "csr"):
+            raise ValueError(f"vertex array {name!r} has format {kind!r}; a store knows 'dense' and 'csr'")
+        if kind != "csr":
+            continue
+        nnz = entry.get("nnz")
+        if not isinstance(nnz, list) or len(nnz) != num_parts:
+            raise ValueError(f"CSR vertex array {name!r} needs nnz, one entry count per interval ({num_parts})")
+        for count in nnz:
+            _natural(count, f"an entry count of vertex array {name!r}")
+        if len(entry["row_shape"]) != 1 or np.dtype(entry["dtype"]).kind != "f":
+            raise ValueError(f"CSR vertex array {name!r} must have rows of one axis and a float dtype, got "
+                             f"{entry['dtype']}{entry['row_shape']}")
+        found[name] = nnz
+    return found
 
 
 def _natural(value, what) -> int:
@@ -208,7 +280,10 @@ class Store:
         self._vertex_specs = {name: _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
         self.edge_data_spec = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
         self._layout = Layout(self._backend, self.num_vertices, self.bounds, self.edge_counts,
-                              self._vertex_specs, self.edge_data_spec)
+                              self._vertex_specs, self.edge_data_spec, _sparse_arrays(manifest["vertex_arrays"]))
+        # Each CSR interval's files -> (array, interval): checked together on first read, as a chunk's are.
+        self._csr_of = {location.path: (name, part) for name in self._layout.sparse for part in range(self.num_parts)
+                        for location in self._layout.vertex_parts(name, part)}
         self._what = self._layout.descriptions()
         self._entry_keys = {path: json.dumps(entry, sort_keys=True) for path, entry in manifest["files"].items()}
         self._chunk_of = {location.path: (i, j) for i in range(self.num_parts) for j in range(self.num_parts)
@@ -236,6 +311,25 @@ class Store:
         self._check_name(name)
         return self._vertex_specs[name]
 
+    def is_sparse(self, name: str) -> bool:
+        """Whether vertex array `name` is stored as CSR (bag-of-words features): its rows read as
+        scipy.sparse matrices here, as tf.SparseTensor in a model's steps."""
+        self._check_name(name)
+        return name in self._layout.sparse
+
+    def row_nbytes(self, name: str) -> int:
+        """Bytes one row of vertex array `name` takes in memory once read: a dense row's, or for a CSR array its
+        densest interval's mean entries per row, each as read (index and value) and as a tf.SparseTensor
+        entry (two int64 coordinates and a value), plus its pointer. What a store-backed model's row tiles
+        are sized by."""
+        row_shape, dtype = self.vertex_spec(name)
+        if name not in self._layout.sparse:
+            return int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        sizes = np.maximum(np.diff(self.bounds), 1)
+        per_row = float(np.max(self._layout.sparse[name] / sizes)) if len(sizes) else 0.0
+        entry = sparse_index_dtype(row_shape[0]).itemsize + 16 + 2 * dtype.itemsize
+        return int(np.ceil(per_row * entry)) + 8
+
     def chunk_nbytes(self, src_part: int, dst_part: int) -> int:
         """Bytes of chunk (src_part, dst_part)'s arrays in memory (index arrays, edge ids, edge data)."""
         self._check_parts(src_part, dst_part)
@@ -245,7 +339,7 @@ class Store:
         """Bytes of interval `part`'s rows of vertex array `name` in memory."""
         self._check_name(name)
         self._check_parts(part)
-        return _nbytes(self._layout.vertex(name, part))
+        return sum(_nbytes(location) for location in self._layout.vertex_parts(name, part))
 
     def num_classes(self) -> int:
         """Classes of the "labels" array: as the conversion recorded them, else the largest label + 1."""
@@ -266,10 +360,18 @@ class Store:
 
     # ---- NumPy readers ----
 
-    def vertex_rows(self, name: str, part: int, start: int = 0, stop: int | None = None) -> np.ndarray:
-        """Rows start..stop (default: all) of interval `part` of vertex array `name`, in interval order."""
-        location, rows = self._vertex_rows(name, part, start, stop)
-        return self._read(location, rows)
+    def vertex_rows(self, name: str, part: int, start: int = 0, stop: int | None = None):
+        """Rows start..stop (default: all) of interval `part` of vertex array `name`, in interval order: an
+        array, or for a CSR array a scipy.sparse.csr_matrix."""
+        rows = self._row_range(name, part, start, stop)
+        if name not in self._layout.sparse:
+            return self._read(self._layout.vertex(name, part), rows)
+        indptr_at, indices_at, values_at = self._layout.vertex_parts(name, part)
+        start, stop = rows or (0, indptr_at.shape[0] - 1)
+        indptr = self._read(indptr_at, (start, stop + 1))
+        entries = (int(indptr[0]), int(indptr[-1]))
+        return sp.csr_matrix((self._read(values_at, entries), self._read(indices_at, entries), indptr - indptr[0]),
+                             shape=(stop - start,) + self._vertex_specs[name][0])
 
     def chunk(self, src_part: int, dst_part: int) -> Chunk:
         """Chunk (src_part, dst_part), read from disk (not cached): equal to the partition's."""
@@ -293,10 +395,17 @@ class Store:
         with InvalidArgumentError naming the file and interval (eagerly, the
         reader's ValueError comes through as it is).
         """
-        location, rows = self._vertex_rows(name, part, start, stop)
+        rows = self._row_range(name, part, start, stop)
         with tf.name_scope(f"store_read_interval_{part}_{name}"):
-            (tensor,) = self._read_ops([location], rows).values()
-        return tensor
+            if name not in self._layout.sparse:
+                (tensor,) = self._read_ops([self._layout.vertex(name, part)], rows).values()
+                return tensor
+            indptr, indices, values = self._read_ops(self._layout.vertex_parts(name, part)).values()
+            count, (width,) = int(indptr.shape[0]) - 1, self._vertex_specs[name][0]
+            whole = tf.SparseTensor(tf.stack([tf.repeat(tf.range(count, dtype=tf.int64), indptr[1:] - indptr[:-1]),
+                                              tf.cast(indices, tf.int64)], axis=1), values, (count, width))
+            start, stop = rows or (0, count)
+            return tf.sparse.slice(whole, [start, 0], [stop - start, width])
 
     def chunk_arrays_op(self, src_part: int, dst_part: int, names=_OP_ARRAYS) -> dict:
         """{name: tensor} of chunk (src_part, dst_part)'s arrays, as TF ops that read from disk when they run.
@@ -318,14 +427,36 @@ class Store:
         for i in range(self.num_parts):
             for j in range(self.num_parts):
                 self._verify_chunk(i, j, force=True)
+        for name in self._layout.sparse:
+            for part in range(self.num_parts):
+                self._verify_csr(name, part, force=True)
 
     def _verify(self, path: str) -> bytes:
-        """Checks file `path` (and, for a chunk's file, the chunk's index arrays) unless this process did;
-        returns a key of the file's version."""
+        """Checks file `path` (and, for a chunk's file, the chunk's index arrays; for a CSR interval's, its
+        pointers and columns) unless this process did; returns a key of the file's version."""
         version = self._verify_file(path)
         if path in self._chunk_of:
             self._verify_chunk(*self._chunk_of[path])
+        if path in self._csr_of:
+            self._verify_csr(*self._csr_of[path])
         return version
+
+    def _verify_csr(self, name: str, part: int, force: bool = False) -> None:
+        """Checks interval `part` of CSR vertex array `name`: canonical pointers and columns, or the ops would
+        read past its entries or sum repeated ones."""
+        locations = self._layout.vertex_parts(name, part)
+        paths = sorted({location.path for location in locations[:2]})
+        key = ("csr",) + tuple((self._verify_file(path), self._entry_keys[path]) for path in paths)
+        if not force and key in integrity.VERIFIED:
+            return
+        indptr, indices = (self._backend.read(os.path.join(self.path, location.path), location.key,
+                                              location.dtype) for location in locations[:2])
+        problem = csr_problem(indptr, indices, self._vertex_specs[name][0][0])
+        if problem:
+            raise StoreError(f"store {self.path}: interval {part} of vertex array {name!r} ({', '.join(paths)}): "
+                             f"{problem}; its files match their checksums, so they were written wrong or edited: "
+                             f"convert the graph again with tools/partition_graph.py --overwrite")
+        integrity.VERIFIED.add(key)
 
     def _verify_chunk(self, i: int, j: int, force: bool = False) -> None:
         """Checks chunk (i, j)'s index arrays and edge ids: checksums match whatever wrote them, so an array a
@@ -415,15 +546,15 @@ class Store:
                                                    for location in here}, rows))
         return {location.key: tensors[location.key] for location in locations}
 
-    def _vertex_rows(self, name, part, start, stop):
+    def _row_range(self, name, part, start, stop):
+        """rows=(start, stop) of interval `part` for a reader, None for all of them; checked."""
         self._check_name(name)
         self._check_parts(part)
-        location = self._layout.vertex(name, part)
-        count = location.shape[0]
+        count = int(self.bounds[part + 1] - self.bounds[part])
         stop = count if stop is None else stop
         if not 0 <= start <= stop <= count:
             raise ValueError(f"rows {start}..{stop} are outside interval {part}'s {count} rows")
-        return location, (None if (start, stop) == (0, count) else (int(start), int(stop)))
+        return None if (start, stop) == (0, count) else (int(start), int(stop))
 
     def _check_name(self, name):
         if name not in self._vertex_specs:
@@ -488,16 +619,21 @@ class VertexArray:
         self.store, self.name = store, name
         row_shape, self.dtype = store.vertex_spec(name)
         self.shape = (store.num_vertices,) + tuple(row_shape)
+        self.sparse = store.is_sparse(name)
 
-    def read(self, order: str = "user") -> np.ndarray:
-        """Every row, in the user's vertex order (order="user") or the store's interval order ("interval")."""
+    def read(self, order: str = "user"):
+        """Every row, in the user's vertex order (order="user") or the store's interval order ("interval"): an
+        array, or a scipy.sparse.csr_matrix for a CSR array."""
         if order not in ("user", "interval"):
             raise ValueError(f"order must be 'user' or 'interval', got {order!r}")
-        rows = np.concatenate([self.store.vertex_rows(self.name, part) for part in range(self.store.num_parts)])
+        parts = [self.store.vertex_rows(self.name, part) for part in range(self.store.num_parts)]
+        rows = sp.vstack(parts, format="csr") if self.sparse else np.concatenate(parts)
         return rows if order == "interval" else rows[self.store.position]
 
     def __repr__(self):
-        return f"VertexArray({self.name!r}, shape={self.shape}, dtype={self.dtype}, store={self.store.path!r})"
+        kind = ", CSR" if self.sparse else ""
+        return (f"VertexArray({self.name!r}, shape={self.shape}, dtype={self.dtype}{kind}, "
+                f"store={self.store.path!r})")
 
 
 class StorePartition:
@@ -589,6 +725,7 @@ def validate_manifest(manifest, path) -> None:
                 raise ValueError(f"{key} must be a JSON object")
         vertex_arrays = {check_vertex_name(name): _checked_spec(entry, f"vertex array {name!r}")
                          for name, entry in manifest["vertex_arrays"].items()}
+        sparse = _sparse_arrays(manifest["vertex_arrays"], num_parts)
         edge_data = None if manifest["edge_data"] is None else _checked_spec(manifest["edge_data"], "edge_data")
         if not isinstance(manifest["reencode"], bool):
             raise ValueError(f"reencode must be true or false, got {manifest['reencode']!r}")
@@ -611,7 +748,7 @@ def validate_manifest(manifest, path) -> None:
     if counts.shape != (num_parts, num_parts) or np.any(counts < 0) or counts.sum() != manifest["num_edges"]:
         raise StoreError(f"{where}: edge_counts must be {num_parts} x {num_parts} non-negative counts summing to "
                          f"num_edges={manifest['num_edges']}")
-    layout = Layout(module, num_vertices, bounds, counts, vertex_arrays, edge_data)
+    layout = Layout(module, num_vertices, bounds, counts, vertex_arrays, edge_data, sparse)
     if manifest["order"] != layout.order().path:
         raise StoreError(f"{where}: the order file is {manifest['order']!r}, expected {layout.order().path!r}")
     files = manifest["files"]

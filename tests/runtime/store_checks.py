@@ -1,6 +1,7 @@
 """Graphs and equality checks shared by the tests in tests/runtime."""
 
 import numpy as np
+import scipy.sparse as sp
 
 from ngra_tf.graph import Graph
 
@@ -70,9 +71,19 @@ def assert_store_matches(store, graph, num_parts, reencode=True, vertex_data=Non
     vertex_data = vertex_data or {}
     assert store.vertex_names == tuple(vertex_data)
     for name, array in vertex_data.items():
-        array = np.asarray(array)
+        sparse = sp.issparse(array)  # (stored as CSR: its rows come back as scipy CSR matrices)
+        array = sp.csr_matrix(array) if sparse else np.asarray(array)
         assert store.vertex_spec(name) == (array.shape[1:], array.dtype)
+        assert store.is_sparse(name) == sparse
         for part in range(num_parts):
             rows = store.vertex_rows(name, part)
             assert rows.dtype == array.dtype
-            np.testing.assert_array_equal(rows, array[partition.vertices(part)])
+            if sparse:
+                expected = array[partition.vertices(part)]
+                expected.sort_indices()
+                assert sp.isspmatrix_csr(rows) and rows.has_canonical_format
+                np.testing.assert_array_equal(rows.indptr, expected.indptr)
+                np.testing.assert_array_equal(rows.indices, expected.indices)
+                np.testing.assert_array_equal(rows.data, expected.data)
+            else:
+                np.testing.assert_array_equal(rows, array[partition.vertices(part)])

@@ -109,7 +109,7 @@ def test_synthetic_preset_is_streamed_exactly(tmp_path):
 
 def test_normalized_synthetic_features_match_dense_features(tmp_path):
     dataset = datasets.synthetic("blog", seed=1, scale=0.01)
-    _, rows, _ = presets.preset_inputs("blog", seed=1, scale=0.01, normalize_features=True)
+    _, rows, _ = presets.preset_inputs("blog", seed=1, scale=0.01, normalize="row")
     streamed = np.concatenate(list(rows["features"].blocks(7)))
     np.testing.assert_array_equal(streamed, dataset.dense_features(normalize=True))
 

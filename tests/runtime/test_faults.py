@@ -56,6 +56,20 @@ def test_a_spill_directory_we_made_goes_whole(tmp_path):
         assert not (tmp_path / "made").exists()
 
 
+def test_a_spill_directory_made_for_one_model_stays_while_another_uses_it(tmp_path):
+    store = _store(tmp_path)
+    shared = tmp_path / "made" / "spill"
+    first = _model("gcn", store, spill_dir=shared)  # makes it
+    _fit(first, store)
+    second = _model("gcn", store, spill_dir=shared)
+    # The first one's cleanup (its finalizer's too, whenever it runs) removes its own files, and the directories
+    # made for it only once they are empty: not while the second one's run writes inside.
+    cleanup = keras.callbacks.LambdaCallback(on_epoch_end=lambda *_: first.executor().close())
+    _fit(second, store, epochs=2, callbacks=[cleanup])
+    assert second.optimizer.iterations.numpy() == 2
+    assert not (tmp_path / "made").exists()  # (then the second's own cleanup: empty, removed)
+
+
 def test_a_spill_directory_without_room_fails_before_training(tmp_path, monkeypatch):
     store = _store(tmp_path)
     usage = collections.namedtuple("usage", "total used free")

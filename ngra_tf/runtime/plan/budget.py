@@ -11,8 +11,10 @@ between steps. The estimate is
 
 where the runtime is RUNTIME_BASE, plus RUNTIME_PER_SIGNATURE for each
 stage signature past two (what is compiled grows with distinct layers, not
-with depth: ngra_tf.runtime.shared) and RUNTIME_PER_GRAPH_LAYER for each
-graph layer (its own small part of the traced step). The host tier is host
+with depth: ngra_tf.runtime.shared), RUNTIME_PER_GRAPH_LAYER for each
+graph layer (its own small part of the traced step) and RUNTIME_SPARSE_INPUT
+when the features are CSR. A CSR feature row counts its entries, not its
+width: row tiles, the hoist step and the host tier are sized by them. The host tier is host
 memory when what it keeps fits beside that, a spill directory otherwise. A
 budget below the estimate fails before any work, naming the smallest that
 works (`MemoryBudgetError`). Over several devices the estimate and the
@@ -40,6 +42,10 @@ from ngra_tf.store import memory
 RUNTIME_BASE = 150 * 2**20
 RUNTIME_PER_SIGNATURE = 40 * 2**20
 RUNTIME_PER_GRAPH_LAYER = 6 * 2**20
+# A model reading CSR features traces sparse dropout and sparse-dense products beside the dense steps: fitted to
+# the peaks of the recipe's GCN from a store of bag-of-words features (tools/bench_sparse.py, store-sparse: 207 MiB
+# at scale 0.1 and 221 MiB at 1, P = 4, validation every epoch).
+RUNTIME_SPARSE_INPUT = 32 * 2**20
 # What the counts below miss, fitted to measured peaks: tape temporaries and the allocator's pools for blocks of
 # many sizes (STEP_FACTOR), and copies the executor makes of resident tensors (RESIDENT_FACTOR).
 RESIDENT_FACTOR = 1.1
@@ -83,7 +89,8 @@ class Budget:
         self.largest = max(self.steps, key=lambda step: step[1])
         graph_layers = sum(stage.graph_layer is not None for stage in stages)
         self.runtime = (RUNTIME_BASE + RUNTIME_PER_SIGNATURE * max(0, len(self.signatures) - 2)
-                        + RUNTIME_PER_GRAPH_LAYER * graph_layers)
+                        + RUNTIME_PER_GRAPH_LAYER * graph_layers
+                        + (RUNTIME_SPARSE_INPUT if store.is_sparse(features) else 0))
         self.working_set = int(STEP_FACTOR * self.largest[1] + RESIDENT_FACTOR * self.resident) + self.runtime
         self.host = "memory" if budget is None or self.working_set + self.kept <= budget else "disk"
         # The chunk cache gets what the budget leaves (none without a budget, or over several devices).
@@ -94,7 +101,7 @@ class Budget:
             items, self.cache_offsets = training_accesses(stages, self.layers, spill,
                                                           {index: len(t) for index, t in self.tiles.items()}, P2)
             sizes = dict(self.chunk_bytes)
-            stored = _bytes(*store.vertex_spec(features))
+            stored = store.row_nbytes(features)
             for tiles in self.tiles.values():
                 sizes.update({P2 + t: (stop - start) * stored for t, (_, start, stop) in enumerate(tiles)})
             self.cache = CachePlan(items, sizes, max(0, room))
@@ -162,15 +169,19 @@ class Budget:
         kept_forward = backward_extra = shared_rows = 0
         row_shape, dtype = input_spec
         specs = {INPUT: tf.TensorSpec([None] + list(row_shape), dtype)}  # every kept value's rows
+        sparse = store.is_sparse(self.features)
+        row_nbytes = {INPUT: store.row_nbytes(self.features)}  # (CSR features: their entries', not a dense row's)
         for index, stage in enumerate(stages):
             name = f"stage {index}"
             first = specs[stage.inputs[0]]
-            in_row = sum(_bytes(specs[key].shape[1:], specs[key].dtype) for key in stage.inputs)
+            in_row = sum(row_nbytes.get(key, _bytes(specs[key].shape[1:], specs[key].dtype)) for key in stage.inputs)
             tile = min(rows, max(1, self.tile_bytes // max(1, in_row)))
-            if INPUT in stage.inputs:
+            if INPUT in stage.inputs and not sparse:  # (CSR tiles are read uncached: the cache plan has none)
                 self.tiles[index] = tiles_of(sizes, in_row, self.tile_bytes)
             graph_spec = tf.TensorSpec([None] + list(stage.row_shape(first.shape[1:])), first.dtype)
             graph_in = _bytes(graph_spec.shape[1:], graph_spec.dtype)
+            if sparse and stage.inputs == (INPUT,) and graph_spec.shape[1:] == first.shape[1:]:
+                graph_in = in_row  # a prologue that keeps the features' width keeps them sparse (Dropout)
             if stage.graph_layer is None:
                 out_row = graph_in
                 steps.append((f"{name} per-vertex", PARALLEL_STEPS * tile * (moved * in_row + 2 * out_row)
