@@ -24,6 +24,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TRAIN = [sys.executable, os.path.join(REPO, "examples", "train.py"), "--model=gcn", "--dataset=cora", "--epochs=5",
          "--chunks=4", "--patience=0"]
 ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+_store_run = TRAIN[:3] + ["--epochs=5", "--patience=0"]  # (the store gives the data and P)
 
 
 def _free_ports(count):
@@ -153,9 +154,9 @@ def test_worker_and_train_py_faults_on_the_command_line():
         assert "Traceback" not in done.stderr
 
 
-def _train(tmp_path, name, *flags):
+def _train(tmp_path, name, *flags, train=TRAIN):
     out = tmp_path / f"{name}.json"
-    done = subprocess.run(TRAIN + [f"--history_json={out}", *flags], env=ENV, capture_output=True, text=True,
+    done = subprocess.run(train + [f"--history_json={out}", *flags], env=ENV, capture_output=True, text=True,
                           timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(out.read_text()), done.stdout
@@ -170,6 +171,25 @@ def test_ring_across_two_workers_equals_one_device(tmp_path):
     for name, values in expected["history"].items():
         np.testing.assert_allclose(got["history"][name], values, rtol=1e-5, atol=1e-5, err_msg=name)
     assert got["test"]["accuracy"] == pytest.approx(expected["test"]["accuracy"], abs=1e-6)
+
+
+@pytest.mark.slow
+def test_a_store_with_csr_features_trains_across_two_workers_as_on_one_device(tmp_path):
+    """The same store read over the distributed engine: its CSR feature tiles move to the workers' devices as
+    tf.SparseTensor parts (indices and values, copied)."""
+    done = subprocess.run([sys.executable, os.path.join(REPO, "tools", "partition_graph.py"), "--preset=cora",
+                           "--chunks=4", f"--output={tmp_path / 'cora'}", "--noprogress"], env=ENV,
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    store = [f"--store={tmp_path / 'cora'}", "--memory_budget=1GB"]
+    addresses = [f"localhost:{port}" for port in _free_ports(2)]
+    expected, _ = _train(tmp_path, "one", *store, train=_store_run)
+    with _workers(addresses):
+        got, stdout = _train(tmp_path, "cluster", *store, f"--cluster={','.join(addresses)}", "--devices=2",
+                             train=_store_run)
+    assert "/job:worker/replica:0/task:1" in stdout
+    for name, values in expected["history"].items():
+        np.testing.assert_allclose(got["history"][name], values, rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_bad_cluster_flags(tmp_path):
