@@ -317,6 +317,12 @@ class Store:
         self._check_name(name)
         return name in self._layout.sparse
 
+    def nnz(self, name: str) -> np.ndarray:
+        """Stored entries per interval of CSR vertex array `name`."""
+        if not self.is_sparse(name):
+            raise ValueError(f"store {self.path}: vertex array {name!r} is dense; nnz() counts a CSR array's entries")
+        return self._layout.sparse[name].copy()
+
     def row_nbytes(self, name: str) -> int:
         """Bytes one row of vertex array `name` takes in memory once read: a dense row's, or for a CSR array its
         densest interval's mean entries per row, each as read (index and value) and as a tf.SparseTensor

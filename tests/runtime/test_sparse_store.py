@@ -88,7 +88,9 @@ def test_csr_features_are_stored_and_read_as_csr(tmp_path, fmt, num_parts):
     store = write_store(tmp_path / "store", graph, num_parts, {**arrays, "features": messy}, format=fmt)
     assert_store_matches(store, graph, num_parts, vertex_data={**arrays, "features": canonical})
     entry = store.manifest["vertex_arrays"]["features"]
-    assert entry["format"] == "csr" and sum(entry["nnz"]) == canonical.nnz
+    assert entry["format"] == "csr" and sum(entry["nnz"]) == canonical.nnz == store.nnz("features").sum()
+    with pytest.raises(ValueError, match="'labels' is dense"):
+        store.nnz("labels")
     read = store.array("features").read()
     assert sp.isspmatrix_csr(read) and (read != canonical).nnz == 0
     np.testing.assert_array_equal(store.array("features").read("interval").toarray(),
@@ -204,7 +206,11 @@ def test_the_budget_counts_csr_entries_not_the_width(tmp_path):
     hoist = {name: dict(plan.steps)["stage 0 hoist"] for name, plan in plans.items()}
     assert hoist["sparse"] < hoist["dense"], hoist
     assert plans["sparse"].runtime == plans["dense"].runtime + budget.RUNTIME_SPARSE_INPUT
-    assert "the feature tiles' 0 B" in "\n".join(plans["sparse"].describe())  # (CSR tiles are read uncached)
+    described = "\n".join(plans["sparse"].describe())
+    assert "the feature tiles' 0 B" in described  # (CSR tiles are read uncached)
+    entries = int(sparse.nnz("features").sum())
+    assert entries == sparse.array("features").read().nnz
+    assert f"features 'features': CSR, {entries} entries" in described
 
 
 def test_a_functional_model_must_take_what_the_store_holds(tmp_path):

@@ -171,6 +171,11 @@ class Budget:
         specs = {INPUT: tf.TensorSpec([None] + list(row_shape), dtype)}  # every kept value's rows
         sparse = store.is_sparse(self.features)
         row_nbytes = {INPUT: store.row_nbytes(self.features)}  # (CSR features: their entries', not a dense row's)
+        if sparse:
+            entries, width = int(store.nnz(self.features).sum()), int(np.prod(row_shape))
+            summary.append(f"features {self.features!r}: CSR, {entries} entries ({entries / max(1, V * width):.2%} of "
+                           f"{V} x {width}), read as tf.SparseTensor tiles of up to "
+                           f"{min(rows, max(1, self.tile_bytes // row_nbytes[INPUT]))} rows, uncached")
         for index, stage in enumerate(stages):
             name = f"stage {index}"
             first = specs[stage.inputs[0]]
