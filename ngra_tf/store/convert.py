@@ -380,8 +380,8 @@ def write_store(directory, graph, num_parts: int, vertex_data: dict | None = Non
 
     vertex_data maps names to arrays with one row per vertex in the user's
     order ([V, ...]: features, labels, boolean masks; a scipy.sparse matrix is
-    stored as CSR); they are stored in interval order. format is "npy" or "hdf5". progress(stage, done, total)
-    is called as the conversion advances. A directory that is not empty is
+    stored as CSR); they are stored in interval order. format is "npy" or
+    "hdf5". progress(stage, done, total) is called as the conversion advances. A directory that is not empty is
     refused unless overwrite=True (its contents are then replaced).
     """
     rows = {name: row_source(name, array) for name, array in (vertex_data or {}).items()}

@@ -353,10 +353,12 @@ class SparseRows(RowSource):
     sparse = True
 
     def __init__(self, label: str, matrix):
-        matrix = sp.csr_matrix(matrix)
+        matrix = sp.csr_matrix(matrix)  # (shares a CSR matrix's arrays: copied before changing them)
         if matrix.dtype.kind != "f":
             matrix = matrix.astype(np.float32)
-        matrix.sum_duplicates()  # (also sorts each row's columns)
+        if not matrix.has_canonical_format:
+            matrix = matrix.copy()
+            matrix.sum_duplicates()  # (also sorts each row's columns)
         self.label, self.matrix = label, matrix
         self.num_rows, self.row_shape, self.dtype = matrix.shape[0], (matrix.shape[1],), matrix.dtype
 

@@ -85,7 +85,9 @@ def test_csr_features_are_stored_and_read_as_csr(tmp_path, fmt, num_parts):
     messy = sp.csr_matrix((coo.data[order] / 2, coo.col[order], np.concatenate([[0], np.cumsum(counts)])),
                           shape=canonical.shape)
     assert not messy.has_canonical_format
+    given = messy.indices.copy()
     store = write_store(tmp_path / "store", graph, num_parts, {**arrays, "features": messy}, format=fmt)
+    np.testing.assert_array_equal(messy.indices, given)  # (the caller's matrix is left as it was)
     assert_store_matches(store, graph, num_parts, vertex_data={**arrays, "features": canonical})
     entry = store.manifest["vertex_arrays"]["features"]
     assert entry["format"] == "csr" and sum(entry["nnz"]) == canonical.nnz == store.nnz("features").sum()
