@@ -281,9 +281,12 @@ class Store:
         self.edge_data_spec = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
         self._layout = Layout(self._backend, self.num_vertices, self.bounds, self.edge_counts,
                               self._vertex_specs, self.edge_data_spec, _sparse_arrays(manifest["vertex_arrays"]))
-        # Each CSR interval's files -> (array, interval): checked together on first read, as a chunk's are.
-        self._csr_of = {location.path: (name, part) for name in self._layout.sparse for part in range(self.num_parts)
-                        for location in self._layout.vertex_parts(name, part)}
+        # A file -> the CSR intervals (array, interval) it holds part of: checked on first read, as a chunk's are.
+        self._csr_of = {}
+        for name in self._layout.sparse:
+            for part in range(self.num_parts):
+                for path in {location.path for location in self._layout.vertex_parts(name, part)}:
+                    self._csr_of.setdefault(path, []).append((name, part))
         self._what = self._layout.descriptions()
         self._entry_keys = {path: json.dumps(entry, sort_keys=True) for path, entry in manifest["files"].items()}
         self._chunk_of = {location.path: (i, j) for i in range(self.num_parts) for j in range(self.num_parts)
@@ -443,8 +446,8 @@ class Store:
         version = self._verify_file(path)
         if path in self._chunk_of:
             self._verify_chunk(*self._chunk_of[path])
-        if path in self._csr_of:
-            self._verify_csr(*self._csr_of[path])
+        for name, part in self._csr_of.get(path, ()):
+            self._verify_csr(name, part)
         return version
 
     def _verify_csr(self, name: str, part: int, force: bool = False) -> None:

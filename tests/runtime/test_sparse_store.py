@@ -109,6 +109,20 @@ def test_csr_features_are_stored_and_read_as_csr(tmp_path, fmt, num_parts):
     store.verify()
 
 
+@pytest.mark.parametrize("fmt", ["npy", "hdf5"])
+def test_several_csr_arrays_beside_dense_ones(tmp_path, fmt):
+    graph, arrays = _problem("gcn")
+    other = sp.random(NUM_VERTICES, 5, density=0.5, format="csr", dtype=np.float64, random_state=3)
+    store = write_store(tmp_path / "store", graph, 3, {**arrays, "words": other, "dense": np.ones((NUM_VERTICES, 2))},
+                        format=fmt)
+    store.verify()
+    reopened = open_store(store.path)  # (an HDF5 interval file holds parts of both CSR arrays: each checked)
+    for name, want in (("features", arrays["features"]), ("words", other)):
+        got = reopened.array(name).read()
+        assert got.dtype == want.dtype and (got != want).nnz == 0, name
+    np.testing.assert_array_equal(reopened.array("dense").read(), np.ones((NUM_VERTICES, 2)))
+
+
 def _rewrite_manifest(store, edit):
     path = pathlib.Path(store.path) / MANIFEST
     manifest = json.loads(path.read_text())
