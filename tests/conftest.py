@@ -15,9 +15,9 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # CSR features from a store: a sum and an attention model, and many tiles with recompute at P = 4 (every model,
-    # one tile per interval, hdf5 with spilling, in test-slow)
-    "tests/runtime/test_sparse_store.py::test_training_from_csr_equals_the_dense_store": {"gcn", "gat"},
+    # CSR features from a store: one model with a tile per interval, and many tiles with recompute at P = 4 (every
+    # model, hdf5 with spilling, in test-slow)
+    "tests/runtime/test_sparse_store.py::test_training_from_csr_equals_the_dense_store": {"gcn"},
     "tests/runtime/test_sparse_store.py::test_csr_rows_in_many_tiles_train_like_the_dense_store": {
         "appnp-4-npy-recompute"},
     "tests/runtime/test_stream.py::test_the_chunk_cache_reads_the_least_the_schedule_needs": {"gcn-spill"},
