@@ -15,11 +15,9 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # CSR features from a store: one model with a tile per interval, and many tiles with recompute at P = 4 (every
-    # model, hdf5 with spilling, in test-slow)
+    # CSR features from a store: one model, a tile per interval (every model, and many tiles, in test-slow; the
+    # README's store block trains from Cora's CSR store with train.py)
     "tests/runtime/test_sparse_store.py::test_training_from_csr_equals_the_dense_store": {"gcn"},
-    "tests/runtime/test_sparse_store.py::test_csr_rows_in_many_tiles_train_like_the_dense_store": {
-        "appnp-4-npy-recompute"},
     "tests/runtime/test_stream.py::test_the_chunk_cache_reads_the_least_the_schedule_needs": {"gcn-spill"},
     # two functional models, in memory and from a store (the full 4 x 11 matrix, devices included, in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
@@ -56,6 +54,8 @@ THINNED = {
 }
 SLOW = {
     "tests/runtime/test_sparse_store.py::test_csr_store_over_several_devices",
+    "tests/runtime/test_sparse_store.py::test_csr_rows_in_many_tiles_train_like_the_dense_store",
+    "tests/runtime/test_sparse_store.py::test_train_py_trains_from_cora_with_csr_features",
     "tests/layers/test_released_models.py::test_models_built_and_dropped_in_a_loop_do_not_accumulate",
     "tests/compiler/test_compiler_rewrites.py::test_compiled_layers_train_inside_keras_fit",
     "tests/runtime/test_stream.py::test_callbacks_and_save_load_refer_to_the_store",
