@@ -26,6 +26,7 @@ from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.fileio import read_file
 from ngra_tf.store import hdf5 as store_hdf5, npy as store_npy
+from ngra_tf.store.store import csr_tensor
 
 INDEX_ARRAYS = AdjacencyTensors._fields
 
@@ -165,13 +166,8 @@ class StoreReader:
         stop = tf.gather(indptr.counts, part) - 1 if stop is None else tf.cast(stop, tf.int64)
         pointers = indptr.read(part, start, stop + 1)
         first, last = pointers[0], pointers[-1]
-        counts = pointers[1:] - pointers[:-1]
-        rows = tf.repeat(tf.range(stop - start), counts)
-        columns = tf.cast(indices.read(part, first, last), tf.int64)
-        out = tf.SparseTensor(tf.stack([rows, columns], axis=1), values.read(part, first, last),
-                              tf.stack([stop - start, tf.constant(self._widths[name], tf.int64)]))
-        out.set_shape([None, self._widths[name]])
-        return out
+        return csr_tensor(pointers, indices.read(part, first, last), values.read(part, first, last),
+                          self._widths[name])
 
 
 __all__ = ["StoreReader"]

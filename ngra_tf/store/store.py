@@ -218,17 +218,23 @@ def _checked_spec(entry, what) -> tuple:
     return _spec(entry)
 
 
-def _sparse_arrays(entries: dict, num_parts: int | None = None) -> dict:
-    """{name: entries per interval} of the CSR arrays among a manifest's vertex arrays; checked when
-    `num_parts` is given (a manifest read from disk): ValueError unless each is a 1-D row of a float dtype with
-    one natural count per interval."""
+def csr_tensor(pointers, indices, values, width: int) -> tf.SparseTensor:
+    """Rows of a CSR array as a tf.SparseTensor [rows, width]: `pointers` (rows + 1, from the first row's
+    offset), and the columns and values they bound (canonical rows: the entries in row-major order)."""
+    rows = tf.size(pointers, tf.int64) - 1
+    ids = tf.repeat(tf.range(rows), tf.cast(pointers[1:] - pointers[:-1], tf.int64))
+    out = tf.SparseTensor(tf.stack([ids, tf.cast(indices, tf.int64)], axis=1), values,
+                          tf.stack([rows, tf.constant(width, tf.int64)]))
+    out.set_shape([pointers.shape[0] - 1 if pointers.shape[0] is not None else None, width])
+    return out
+
+
+def _sparse_arrays(entries: dict, num_parts: int) -> dict:
+    """{name: entries per interval} of the CSR arrays among a manifest's vertex arrays: ValueError unless each
+    is a 1-D row of a float dtype with one natural count per interval."""
     found = {}
     for name, entry in entries.items():
         kind = entry.get("format", "dense")
-        if num_parts is None:
-            if kind == "csr":
-                found[name] = entry["nnz"]
-            continue
         if kind not in ("dense", "csr"):
             raise ValueError(f"vertex array {name!r} has format {kind!r}; a store knows 'dense' and 'csr'")
         if kind != "csr":
@@ -280,7 +286,8 @@ class Store:
         self._vertex_specs = {name: _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
         self.edge_data_spec = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
         self._layout = Layout(self._backend, self.num_vertices, self.bounds, self.edge_counts,
-                              self._vertex_specs, self.edge_data_spec, _sparse_arrays(manifest["vertex_arrays"]))
+                              self._vertex_specs, self.edge_data_spec, _sparse_arrays(manifest["vertex_arrays"],
+                                                                                self.num_parts))
         # A file -> the CSR intervals (array, interval) it holds part of: checked on first read, as a chunk's are.
         self._csr_of = {}
         for name in self._layout.sparse:
@@ -411,8 +418,7 @@ class Store:
                 return tensor
             indptr, indices, values = self._read_ops(self._layout.vertex_parts(name, part)).values()
             count, (width,) = int(indptr.shape[0]) - 1, self._vertex_specs[name][0]
-            whole = tf.SparseTensor(tf.stack([tf.repeat(tf.range(count, dtype=tf.int64), indptr[1:] - indptr[:-1]),
-                                              tf.cast(indices, tf.int64)], axis=1), values, (count, width))
+            whole = csr_tensor(indptr, indices, values, width)
             start, stop = rows or (0, count)
             return tf.sparse.slice(whole, [start, 0], [stop - start, width])
 
