@@ -379,7 +379,7 @@ class Executor:
         residency = self.residency
         reader, name = residency.reader, residency.features
         row_shape, dtype = residency.input_spec(self.compute_dtype)
-        cached = residency.cached and self.lanes.ring is None and not residency.sparse  # (CSR tiles: uncached)
+        cached = residency.cached and self.lanes.ring is None
 
         def rows(part, start, stop, tile=None, offset=None, after=None):
             if cached and tile is not None:  # through the cache, as its plan says (plan.cache)
