@@ -11,7 +11,9 @@ picks the GPU architectures (see tools/build_cuda.py).
 """
 import concurrent.futures
 import glob
+import json
 import os
+import shutil
 import sys
 
 from setuptools import Extension, find_packages, setup
@@ -104,6 +106,25 @@ class BuildTfOps(build_ext):
 
         self.compiler.compile = parallel_compile
         super().build_extension(ext)
+        self._record_toolchain(ext, [*arch, "-std=c++17", "-O3", "-fno-trapping-math", "-fPIC", "-g0",
+                                     *(flag for flag in compile_flags if flag.startswith("-D"))])
+
+    def _record_toolchain(self, ext, flags):
+        """Beside the library: the compiler and flags that built it, and (outside an editable build) the
+        kernel headers, so that generated edge code (ngra_tf/ops/generated.py) is built the same way."""
+        directory = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
+        editable = self.inplace or getattr(self, "editable_mode", False)
+        compiler = shutil.which(self.compiler.compiler_cxx[0]) or self.compiler.compiler_cxx[0]
+        # An editable build copies only the libraries into the source tree: write the record there itself.
+        package = self.get_finalized_command("build_py").get_package_dir("ngra_tf.ops")
+        for place in {directory, os.path.abspath(package)} if editable else {directory}:
+            with open(os.path.join(place, "_ngra_ops.json"), "w") as f:
+                json.dump({"cxx": compiler, "flags": flags}, f, indent=1)
+        if not editable:
+            include = os.path.join(directory, "include", "ops", "kernels")
+            os.makedirs(include, exist_ok=True)
+            for header in glob.glob("ops/kernels/*.h"):
+                shutil.copy(header, include)
 
 
 setup(

@@ -79,6 +79,10 @@ flags.DEFINE_bool("ablation", False, "Also time the three schedules (P=4) and th
 flags.DEFINE_bool("quick", False, "One warm-up and two timed steps (a smoke run).")
 flags.DEFINE_bool("variants", False, "Only time user-written edge stages and GAT, fused and unfused, against G-GCN "
                   "(see the module doc).")
+flags.DEFINE_bool("unfused", True, "--variants: also time each stage unfused (hoisting only; peaks at over 10 GiB "
+                  "on reddit-small).")
+flags.DEFINE_bool("interpreted", True, "--variants: also time each edge-code stage with the interpreter instead of "
+                  "its generated C++.")
 flags.DEFINE_integer("threads", 0, "Threads for TF and torch (0: their defaults).", lower_bound=0)
 flags.DEFINE_string("cell", None, "Internal: time one ablation cell, model:chunks:schedule:rewrites.")
 
@@ -557,18 +561,23 @@ def ablation(preset, warmup, steps):
 
 VARIANT_ROWS = (("G-GCN (built in)", "ggcn", "ggcn"), ("tanh-difference gate", "tanh-gate", "ggcn"),
                 ("edge-weighted gate", "weighted-gate", "gcn"), ("exp/div score", "exp-div", "ggcn"),
-                ("leaky-relu message", "leaky-message", "ggcn"), ("GAT (8 heads)", "gat", "gat"))
+                ("leaky-relu message", "leaky-message", "ggcn"), ("RBF score", "rbf-score", "ggcn"),
+                ("leaky product", "leaky-product", "ggcn"), ("distance ratio", "distance-ratio", "ggcn"),
+                ("GAT (8 heads)", "gat", "gat"))
 
 
 def variants(preset, epochs):
     """User-written edge stages and GAT against G-GCN, fused and unfused, each cell in its own process."""
     import subprocess  # noqa: PLC0415
 
-    def cell(name, rewrites):
+    from ngra_tf.ops import generated  # noqa: PLC0415
+
+    def cell(name, rewrites, interpreted=False):
+        env = dict(os.environ, **({generated.DISABLE_ENV: "0"} if interpreted else {}))
         done = subprocess.run([sys.executable, os.path.abspath(__file__), f"--cell=variant:{name}:{rewrites}",
                                f"--graphs={preset}", f"--scale={FLAGS.scale}", f"--hidden={FLAGS.hidden}",
                                f"--epochs={epochs}", f"--threads={FLAGS.threads}"],
-                              capture_output=True, text=True, check=False)
+                              capture_output=True, text=True, check=False, env=env)
         found = dict(line.split()[:2] for line in done.stdout.splitlines() if line.startswith("CELL_"))
         if "CELL_MS" in found:
             return float(found["CELL_MS"]), float(found["CELL_FIRST_MS"]), float(found["CELL_PEAK_MIB"])
@@ -580,12 +589,15 @@ def variants(preset, epochs):
     print(f"User-written edge stages on {preset} (hidden {FLAGS.hidden}; fit epoch: median of {epochs} after the "
           "first, ms; peak: the process's resident memory, MiB)")
     print()
-    print("| edge stage | fused as | fit epoch | first epoch | peak | epoch / G-GCN | peak / G-GCN | unfused epoch | "
-          "unfused peak | fused speedup | fused peak saving |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print(f"Edge code on the CPU: {generated.status()}; the interpreted cells run with {generated.DISABLE_ENV}=0.")
+    print()
+    print("| edge stage | fused as | fit epoch | first epoch | peak | epoch / G-GCN | peak / G-GCN | interpreted "
+          "epoch | generated speedup | unfused epoch | unfused peak | fused speedup | fused peak saving |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for label, name, _ in VARIANT_ROWS:
-        fused, unfused = cell(name, "all"), cell(name, "hoist")
+        fused = cell(name, "all")
+        unfused = cell(name, "hoist") if FLAGS.unfused else "-"
         if isinstance(fused, str):
             print(f"| {label} | {fused} |", flush=True)
             continue
@@ -593,6 +605,9 @@ def variants(preset, epochs):
         kind = "specialised gate_sigmoid" if name == "ggcn" else "online softmax" if name == "gat" else "edge code"
         text = [f"{fused[0]:.0f}", f"{fused[1]:.0f}", f"{fused[2]:.0f}", f"{fused[0] / base[0]:.2f}x",
                 f"{fused[2] / base[2]:.2f}x"]
+        interpreted = cell(name, "all", interpreted=True) if FLAGS.interpreted and name != "ggcn" else "-"
+        text += [interpreted, "-"] if isinstance(interpreted, str) else [
+            f"{interpreted[0]:.0f}", f"{interpreted[0] / fused[0]:.2f}x"]
         if isinstance(unfused, str):
             text += [unfused, "-", "-", "-"]
         else:

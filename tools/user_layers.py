@@ -55,8 +55,30 @@ class LeakyReluMessage(_TwoProjections):
         return tf.nn.leaky_relu(self.a(edge.src) + self.b(edge.dst), 0.2)
 
 
+class RbfScore(_TwoProjections):
+    """A radial-basis score of the endpoints' difference: exp(-(a(src) - b(dst))^2) * src."""
+
+    def apply_edge(self, edge):
+        return tf.exp(-tf.square(self.a(edge.src) - self.b(edge.dst))) * edge.src
+
+
+class LeakyProduct(_TwoProjections):
+    """A product message: leaky_relu(a(src) * b(dst), 0.2)."""
+
+    def apply_edge(self, edge):
+        return tf.nn.leaky_relu(self.a(edge.src) * self.b(edge.dst), 0.2)
+
+
+class DistanceRatio(_TwoProjections):
+    """The source damped by the endpoints' distance: src / (1 + |a(src) - b(dst)|)."""
+
+    def apply_edge(self, edge):
+        return edge.src / (1.0 + tf.abs(self.a(edge.src) - self.b(edge.dst)))
+
+
 VARIANTS = {"tanh-gate": TanhDifferenceGate, "weighted-gate": EdgeWeightedGate, "exp-div": ExpDivScore,
-            "leaky-message": LeakyReluMessage}
+            "leaky-message": LeakyReluMessage, "rbf-score": RbfScore, "leaky-product": LeakyProduct,
+            "distance-ratio": DistanceRatio}
 
 
 def variant_stack(name, hidden, classes):

@@ -33,6 +33,7 @@ import tensorflow as tf
 from ngra_tf.compiler.edges import TracedEdgeView
 from ngra_tf.compiler.fusion import FusedCode, NotFusable, compile_code
 from ngra_tf.compiler.trace import EDGES, Trace, trace_stage
+from ngra_tf.ops import generated
 
 REWRITES = ("hoist", "fuse", "narrow")
 _MATMULS = frozenset({"MatMul", "BatchMatMul", "BatchMatMulV2", "BatchMatMulV3", "Einsum"})
@@ -115,6 +116,7 @@ class LayerProgram:
             kind = "attention (online softmax)" if fused.code.code.attention else "edge code"
             lines.append(f"  fused: yes, {kind}: {fused.code.code.expression()} "
                          f"({len(fused.code.code.instructions)} instructions)")
+            lines.append(f"  kernels (CPU): {generated.status()}")
         elif fused is not None:
             lines.append(f"  fused: yes, fused_gather program {fused.program}"
                          + (f" (as edge code: {fused.code.code.expression()})" if fused.code is not None else ""))

@@ -20,7 +20,9 @@ softmax over each destination's in-edges of register `score`, times register
 `value`, summed. The softmax result is a state [acc | sum | m] per row (3 x
 width) that chains through `init` across chunks (online softmax);
 `softmax_result(state)` is acc / sum. Gradients are generated from the same
-code and run as fused kernels too (NgraEdgeCodeGrad).
+code and run as fused kernels too (NgraEdgeCodeGrad). On the CPU each program
+runs as C++ generated for it (ngra_tf.ops.generated), or interpreted where no
+compiler is at hand.
 
 Without the compiled library, `reference_messages` evaluates the code with TF
 ops on per-edge tensors, and the gathers reduce them.
@@ -35,7 +37,7 @@ import tensorflow as tf
 
 from ngra_tf.graph import Adjacency
 from ngra_tf.graph.adjacency import LoadedAdjacency
-from ngra_tf.ops import reference
+from ngra_tf.ops import generated, reference
 from ngra_tf.ops._loader import library
 
 # Keep in step with ops/kernels/edge_code.h.
@@ -176,9 +178,11 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
     if lib is None:
         out, aux = _reference_gather(adjacency, code, x_src, x_dst, edge_data, edge_type, reduce, init)
     else:
+        kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
         out, aux = lib.ngra_edge_code(
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
-            *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, reduce=reduce, **code.attrs())
+            *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, reduce=reduce, kernel=kernel,
+            **code.attrs())
     return (out, aux) if return_aux else out
 
 
@@ -203,7 +207,9 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
             tf.zeros([0], dtype) if state is None else state,
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
             *adjacency.tensors()]
-    return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, **code.attrs()) if code.reads(side) else None
+    kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
+    return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, kernel=kernel, **code.attrs())
+                 if code.reads(side) else None
                  for side, wrt in (("src", "x_src"), ("dst", "x_dst"), ("edge", "edge_data")))
 
 

@@ -1,9 +1,12 @@
 // CPU kernels for NgraEdgeCode and NgraEdgeCodeGrad: any element-wise edge
 // stage, fused (ops/kernels/edge_code.h). Every input is checked here, once,
-// so that the walks can trust the program and the index arrays.
+// so that the walks can trust the program and the index arrays. The walks
+// run the program's generated library when the `kernel` attribute names one
+// that fits (generated_code.h), else the interpreter.
 #include <string>
 #include <vector>
 
+#include "ops/cc/generated_code.h"
 #include "ops/cc/op_util.h"
 #include "ops/kernels/edge_code_walks.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -22,7 +25,10 @@ struct CodeAttrs {
   std::vector<int32_t> code;
   int value = 0, score = -1;
   std::string reduce;
+  int reduce_code = kCodeSum;
   bool reads[4] = {false, false, false, false};  // per load kind: src, dst, edge, typed src
+  std::string kernel;                             // a generated library's path, or empty
+  const GeneratedCode* generated = nullptr;
 
   absl::Status Read(OpKernelConstruction* ctx) {
     std::vector<int64_t> raw;
@@ -30,6 +36,11 @@ struct CodeAttrs {
     TF_RETURN_IF_ERROR(ctx->GetAttr("value", &value));
     TF_RETURN_IF_ERROR(ctx->GetAttr("score", &score));
     TF_RETURN_IF_ERROR(ctx->GetAttr("reduce", &reduce));
+    TF_RETURN_IF_ERROR(ctx->GetAttr("kernel", &kernel));
+    for (const char* name : {"sum", "mean", "max", "min", "softmax"}) {
+      if (reduce == name) break;
+      ++reduce_code;
+    }
     if (raw.empty() || raw.size() % kInstructionInts != 0) {
       return InvalidArgument("code must hold ", kInstructionInts, " ints per instruction, got ", raw.size());
     }
@@ -69,6 +80,24 @@ struct CodeAttrs {
     return absl::OkStatus();
   }
 
+  // What a generated library must have been generated for (generated.py writes the same string).
+  template <typename T, typename Index>
+  std::string Signature() const {
+    std::string s = "abi=" + std::to_string(kCodeCallAbi) + " T=" + (sizeof(T) == 4 ? "float32" : "float64") +
+                    " Index=" + (sizeof(Index) == 4 ? "int32" : "int64") + " reduce=" + reduce + " code=";
+    for (size_t i = 0; i < code.size(); ++i) s += (i ? "," : "") + std::to_string(code[i]);
+    return s + " value=" + std::to_string(value) + " score=" + std::to_string(score);
+  }
+
+  // Loads the generated library, if any; one that does not fit is logged once and the interpreter runs.
+  template <typename T, typename Index>
+  void Load() {
+    if (kernel.empty()) return;
+    std::string why;
+    generated = LoadGeneratedCode(kernel, Signature<T, Index>(), &why);
+    if (generated == nullptr) LOG_FIRST_N(WARNING, 1) << "ngra_tf: interpreting edge code: " << why;
+  }
+
   int num_instructions() const { return static_cast<int>(code.size() / kInstructionInts); }
 };
 
@@ -77,6 +106,7 @@ struct CodeArgs {
   EdgeCode<T> p;
   std::vector<int32_t> contiguous;
   std::vector<uint8_t> uniform;
+  std::string table_shapes;  // per table: c (contiguous), u (uniform) or g, as generated code names them
   Segments<Index> csc, csr;
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
 };
@@ -149,6 +179,7 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
   const int64_t num_constants = constants.NumElements();
   args->contiguous.assign(num_tables, -1);
   args->uniform.assign(num_tables, 0);
+  args->table_shapes.assign(num_tables, '-');  // '-': no load reads it
   int64_t typed_max = -1, typed_stride = 0;  // the typed loads' largest table entry, their slot stride
   for (int i = 0; i < p.num_instructions; ++i) {
     const int32_t* ins = p.Ins(i);
@@ -171,6 +202,7 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
     }
     if (contiguous && p.width > 0) args->contiguous[ins[1]] = row[0];
     args->uniform[ins[1]] = uniform && !contiguous;
+    args->table_shapes[ins[1]] = args->contiguous[ins[1]] >= 0 ? 'c' : args->uniform[ins[1]] ? 'u' : 'g';
     if (ins[0] == kLoadSrcTyped) {
       if (typed_stride != 0 && typed_stride != ins[2]) return InvalidArgument("typed loads must share one slot stride");
       typed_stride = ins[2];
@@ -191,37 +223,70 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
 
 }  // namespace
 
+// Runs the call through the generated library when it fits the call's tables, else the interpreter.
+template <typename T, typename Index>
+void RunCode(OpKernelContext* ctx, const CodeAttrs& attrs, const CodeArgs<T, Index>& args,
+             const CodeCall<T, Index>& call, int side) {
+  const bool grad = side >= 0;
+  const Segments<Index>& seg = side == kLoadSrc ? args.csr : args.csc;
+  const int64_t cost = args.p.width * args.p.num_instructions;
+  const GeneratedCode* generated = attrs.generated;
+  if (generated != nullptr && generated->tables == args.table_shapes) {
+    RunSegments(ctx, seg, cost, [&](int64_t first, int64_t last) {
+      if (grad) {
+        generated->grad(&call, side, first, last);
+      } else {
+        generated->forward(&call, first, last);
+      }
+    });
+    return;
+  }
+  WithCodeReduce(attrs.reduce_code, [&](auto r) {
+    constexpr int kReduce = decltype(r)::value;
+    RunSegments(ctx, seg, cost, [&](int64_t first, int64_t last) {
+      if (grad) {
+        RunCodeGrad<kReduce, Interpreted<T>>(call, side, first, last);
+      } else {
+        RunCodeForward<kReduce, Interpreted<T>>(call, first, last);
+      }
+    });
+  });
+}
+
+template <typename T, typename Index>
+CodeCall<T, Index> CallOf(const CodeArgs<T, Index>& args) {
+  CodeCall<T, Index> call;
+  call.csc = args.csc;
+  call.csr = args.csr;
+  call.p = args.p;
+  call.num_src = args.num_src;
+  return call;
+}
+
 template <typename T, typename Index>
 class EdgeCodeOp : public OpKernel {
  public:
-  explicit EdgeCodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) { OP_REQUIRES_OK(ctx, attrs_.Read(ctx)); }
+  explicit EdgeCodeOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
+    attrs_.Load<T, Index>();
+  }
 
   void Compute(OpKernelContext* ctx) override {
     CodeArgs<T, Index> args;
     OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 0, attrs_, /*check_csr=*/false, &args));
-    const auto& p = args.p;
     const bool softmax = attrs_.reduce == "softmax";
     TensorShape out_shape;
-    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * p.width}, &out_shape));
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * args.p.width}, &out_shape));
     Tensor* out = nullptr;
     Tensor* aux = nullptr;
     const T* init = nullptr;
     OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 11, out_shape, attrs_.reduce, &out, &init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtremeReduce(attrs_.reduce) ? out_shape : TensorShape({0}), &aux));
-    T* o = out->flat<T>().data();
-    Index* a = aux->flat<Index>().data();
-    if (softmax) {
-      RunSegments(ctx, args.csc, p.width * p.num_instructions, [&](int64_t first, int64_t last) {
-        CodeSoftmax<T, Index>(args.csc, p, first, last, o, init);
-      });
-      return;
-    }
-    OP_REQUIRES_OK(ctx, DispatchReduce(attrs_.reduce, [&](auto r) {
-      RunSegments(ctx, args.csc, p.width * p.num_instructions, [&](int64_t first, int64_t last) {
-        CodeGather<decltype(r)::value, T, Index>(args.csc, p, args.num_src, first, last, o, a, init);
-      });
-      return absl::OkStatus();
-    }));
+    CodeCall<T, Index> call = CallOf(args);
+    call.out = out->flat<T>().data();
+    call.arg = aux->flat<Index>().data();
+    call.init = init;
+    RunCode(ctx, attrs_, args, call, /*side=*/-1);
   }
 
  private:
@@ -234,20 +299,19 @@ class EdgeCodeGradOp : public OpKernel {
   explicit EdgeCodeGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+    attrs_.Load<T, Index>();
   }
 
   void Compute(OpKernelContext* ctx) override {
     CodeArgs<T, Index> args;
     OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 3, attrs_, /*check_csr=*/wrt_ == "x_src", &args));
-    const auto& p = args.p;
     const Tensor& grad = ctx->input(0);
     const Tensor& aux = ctx->input(1);
     const Tensor& state = ctx->input(2);
     const std::string& reduce = attrs_.reduce;
     const bool softmax = reduce == "softmax", extreme = IsExtremeReduce(reduce);
-    const int64_t width = p.width;
     TensorShape grad_shape;
-    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * width}, &grad_shape));
+    OP_REQUIRES_OK(ctx, TensorShape::BuildTensorShape({args.num_dst, (softmax ? 3 : 1) * args.p.width}, &grad_shape));
     OP_REQUIRES(ctx, grad.shape() == grad_shape,
                 InvalidArgument("grad must be shaped ", grad_shape.DebugString(), ", got ", ShapeOf(grad)));
     if (extreme) {
@@ -266,34 +330,16 @@ class EdgeCodeGradOp : public OpKernel {
     Tensor* out = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(3 + (side == kLoadSrc ? 0 : side == kLoadDst ? 1 : 2))
                                                     .shape(), &out));
-    T* o = out->flat<T>().data();
-
     // Mean spreads each result's gradient evenly over the in-edges: fold 1/degree in once.
     const T* g = nullptr;
     Tensor scaled;
-    OP_REQUIRES_OK(ctx, MeanScaled<T, Index>(ctx, grad, args.csc, width, reduce, &scaled, &g));
-    auto run = [&](auto seed_tag) {
-      constexpr Seed S = decltype(seed_tag)::value;
-      const CodeSeed<S, T, Index> seed{g, extreme ? aux.flat<Index>().data() : nullptr,
-                                       softmax ? state.flat<T>().data() : nullptr, width};
-      const int64_t cost = width * p.num_instructions;
-      if (side == kLoadSrc) {
-        RunSegments(ctx, args.csr, cost, [&](int64_t first, int64_t last) {
-          CodeGradSrc<S, T, Index>(args.csr, p, seed, first, last, o);
-        });
-      } else {
-        RunSegments(ctx, args.csc, cost, [&](int64_t first, int64_t last) {
-          CodeGradDstOrEdge<S, T, Index>(args.csc, p, seed, side, first, last, o);
-        });
-      }
-    };
-    if (softmax) {
-      run(std::integral_constant<Seed, Seed::kSoftmax>{});
-    } else if (extreme) {
-      run(std::integral_constant<Seed, Seed::kWinner>{});
-    } else {
-      run(std::integral_constant<Seed, Seed::kWhole>{});
-    }
+    OP_REQUIRES_OK(ctx, MeanScaled<T, Index>(ctx, grad, args.csc, args.p.width, reduce, &scaled, &g));
+    CodeCall<T, Index> call = CallOf(args);
+    call.out = out->flat<T>().data();
+    call.grad = g;
+    call.winners = extreme ? aux.flat<Index>().data() : nullptr;
+    call.state = softmax ? state.flat<T>().data() : nullptr;
+    RunCode(ctx, attrs_, args, call, side);
   }
 
  private:

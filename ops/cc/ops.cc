@@ -211,7 +211,9 @@ REGISTER_OP("NgraFusedGatherGrad")
 // Edge code (ops/kernels/edge_code.h): any element-wise ApplyEdge stage,
 // fused between Scatter and Gather. The program is the `code` attribute (four
 // ints per instruction); `tables` [num_tables, width] says where each load
-// reads its operand row per message feature.
+// reads its operand row per message feature. `kernel` names the program's
+// generated library (ops/cc/generated_code.h); empty, or one that does not
+// fit, runs the interpreter, with the same results.
 #define NGRA_EDGE_CODE_INPUTS                     \
   Input("x_src: T")                               \
       .Input("x_dst: T")                          \
@@ -230,6 +232,7 @@ REGISTER_OP("NgraFusedGatherGrad")
       .Attr("value: int")                                         \
       .Attr("score: int = -1")                                    \
       .Attr("reduce: {'sum', 'mean', 'max', 'min', 'softmax'}")   \
+      .Attr("kernel: string = ''")                                \
       .Attr("T: {float, double}")                                 \
       .Attr("Tindex: {int32, int64}")
 

@@ -3,9 +3,22 @@
 // as propagate.h (a row is written by one thread, edges in stored order, so
 // results are deterministic).
 //
-// The program is interpreted a tile of features at a time: each instruction
-// is one loop over kTile values in L1, which the compiler vectorises (the
-// switch on the opcode runs once per instruction and edge, not per feature).
+// The walks take the program's evaluation as a policy (`Code`):
+//  - Interpreted<T> runs the instructions a tile of features at a time: each
+//    is one loop over kTile values in L1, which the compiler vectorises (the
+//    switch on the opcode runs once per instruction and edge, not per feature).
+//  - A generated policy (ngra_tf/ops/generated.py writes one per program and
+//    compiles it into a library the op loads) runs the whole program as one
+//    loop over the tile with every register in a CPU register, evaluates what
+//    depends only on the edge once per edge, and differentiates in the same
+//    loop. The walks, seeds and reductions are these, for both.
+// A policy has Forward(u, v, e, f0, n, regs), which leaves the message's (and
+// score's) tile in regs->value[p.value] (regs->value[p.score]); Messages(...,
+// sink), which hands the message at each feature j to sink(j, message);
+// Reaches(side); and Backward(side, u, v, e, f0, n, ...), which sends the
+// seeds back to the loads of `side` and adds their adjoints into `row`. With
+// kSeedsItself it takes the seed (CodeSeed::AtEdge) and computes everything
+// in its loop; else the walk runs Forward and seeds regs->adjoints first.
 #ifndef NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
 #define NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
 
@@ -13,6 +26,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "ops/kernels/edge_code.h"
 #include "ops/kernels/propagate.h"
@@ -130,92 +144,6 @@ inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count
   }
 }
 
-// ---- Forward: sum / mean / max / min ----
-
-template <typename T, typename Index>
-struct CodeForwardWalk {
-  const Segments<Index>& csc;
-  const EdgeCode<T>& p;
-  int64_t gathered_rows;
-  int64_t gathered_per_row;
-  CodeRegisters<T>* regs;  // this thread's
-  static constexpr int kParts = 1;
-
-  void Prefetch(Index k, int64_t, int64_t) const {
-    PrefetchBytes(p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width,
-                  std::min<int64_t>(p.src_width * sizeof(T), 512));
-  }
-  template <typename Red, int64_t kStride>
-  void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
-                  Index* __restrict win) const {
-    static_assert(kStride == CodeTile<T>(), "edge code tiles are the walk's tiles");
-    const Index e = csc.Edge(k);
-    EvalTile(p, csc.Row(k), v, e, f0, count, regs);
-    const T* __restrict message = regs->value[p.value];
-    for (int64_t j = 0; j < count; ++j) Red::Step(acc[j], win[j], message[j], e);
-  }
-};
-
-// out[v] = reduce over the segment's edges of the program's message; init and
-// arg as in FusedGather.
-template <Reduce R, typename T, typename Index>
-void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_src, int64_t first, int64_t last,
-                T* out, Index* arg, const T* init) {
-  const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
-  // Registers live on the heap, once per block: a 32 KiB stack array per edge costs page probes.
-  auto* regs = new CodeRegisters<T>;
-  const CodeForwardWalk<T, Index> walk{csc, p, csc.indices ? num_src : 0, per_row, regs};
-  ReduceSegments<R>(walk, csc, 1, p.width, first, last, out, arg, init);
-  delete regs;
-}
-
-// ---- Forward: the online softmax (state rows [acc | sum | m], 3 * width) ----
-
-template <typename T, typename Index>
-void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first, int64_t last, T* out,
-                 const T* init) {
-  constexpr int64_t kTile = CodeTile<T>();
-  const int64_t width = p.width;
-  auto* regs = new CodeRegisters<T>;
-  for (int64_t v = first; v < last; ++v) {
-    T* row = out + v * 3 * width;
-    const T* start = init != nullptr ? init + v * 3 * width : nullptr;
-    for (int64_t f0 = 0; f0 < width; f0 += kTile) {
-      const int64_t n = std::min(kTile, width - f0);
-      T acc[kTile], sum[kTile], m[kTile];
-      for (int64_t j = 0; j < n; ++j) {
-        acc[j] = start ? start[f0 + j] : T(0);
-        sum[j] = start ? start[width + f0 + j] : T(0);
-        m[j] = start ? start[2 * width + f0 + j] : T(-INFINITY);
-      }
-      for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
-        EvalTile(p, csc.Row(k), v, csc.Edge(k), f0, n, regs);
-        const T* z = regs->value[p.score];
-        const T* x = regs->value[p.value];
-        // SoftmaxStep, with its coefficients computed once per run of equal (score, maximum): a score per
-        // head is broadcast over the head's features, which sit side by side.
-        T last_z = T(NAN), last_m = T(NAN), keep = T(1), add = T(0), top = T(0);
-        for (int64_t j = 0; j < n; ++j) {
-          if (!(z[j] == last_z && m[j] == last_m)) {
-            last_z = z[j];
-            last_m = m[j];
-            SoftmaxCoefficients(z[j], m[j], keep, add, top);
-          }
-          sum[j] = sum[j] * keep + add;
-          acc[j] = acc[j] * keep + add * x[j];
-          m[j] = top;
-        }
-      }
-      for (int64_t j = 0; j < n; ++j) {
-        row[f0 + j] = acc[j];
-        row[width + f0 + j] = sum[j];
-        row[2 * width + f0 + j] = m[j];
-      }
-    }
-  }
-  delete regs;
-}
-
 // ---- Gradients ----
 
 // What reaches one edge's message from d (the result): `grad` rows are
@@ -231,16 +159,41 @@ struct CodeSeed {
   const T* state;     // kSoftmax
   int64_t width;
 
-  // Seeds the adjoints of edge e into destination v for features [f0, f0 + n); false when none reaches it.
-  // Only the adjoints of `needed` registers are zeroed: the others are never read.
-  bool Apply(const EdgeCode<T>& p, int64_t v, Index e, int64_t f0, int64_t n, CodeRegisters<T>* r,
-             const bool* needed) const {
+  // What reaches edge e into v at features f0 on, for code that computes its seeds in its own loop (generated):
+  // Value(j, z, x) is d message at feature f0 + j, Score(j, z, x) d score, given the score z and message x there.
+  struct AtEdge {
+    const T* g;      // the gradient's row (softmax: d acc), from f0
+    const T* d_sum;  // softmax
+    const T* m;      // softmax: the finished maximum
+    const Index* arg;  // max / min: the winners' row, from f0
+    Index e;
+    T Value(int64_t j, T z, T x) const {
+      (void)z;
+      (void)x;
+      if constexpr (S == Seed::kSoftmax) {
+        return SoftmaxWeight(z, m[j]) * g[j];
+      } else if constexpr (S == Seed::kWinner) {
+        return arg[j] == e ? g[j] : T(0);
+      } else {
+        return g[j];
+      }
+    }
+    T Score(int64_t j, T z, T x) const { return SoftmaxWeight(z, m[j]) * (g[j] * x + d_sum[j]); }
+  };
+  AtEdge At(int64_t v, Index e, int64_t f0) const {
+    if constexpr (S == Seed::kSoftmax) {
+      const T* d_acc = grad + v * 3 * width + f0;
+      return {d_acc, d_acc + width, state + v * 3 * width + 2 * width + f0, nullptr, e};
+    } else {
+      return {grad + v * width + f0, nullptr, nullptr, S == Seed::kWinner ? arg + v * width + f0 : nullptr, e};
+    }
+  }
+
+  // Seeds the adjoints of edge e into destination v for features [f0, f0 + n) at the message's (and score's)
+  // register in r->adjoints; false when none reaches it. Under softmax, r holds the forward's score and message.
+  bool Apply(const EdgeCode<T>& p, int64_t v, Index e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {
     constexpr int64_t kTile = CodeTile<T>();
     T* adj = r->adjoints;
-    for (int i = 0; i < p.num_instructions; ++i) {
-      if (needed[i]) std::memset(adj + i * kTile, 0, sizeof(T) * n);
-    }
-    if (!needed[p.value] && (p.score < 0 || !needed[p.score])) return false;  // nothing reaches this side
     if constexpr (S == Seed::kSoftmax) {
       const T* d_acc = grad + v * 3 * width + f0;
       const T* d_sum = d_acc + width;
@@ -249,6 +202,8 @@ struct CodeSeed {
       const T* x = r->value[p.value];
       T* dx = adj + p.value * kTile;
       T* dz = adj + p.score * kTile;
+      std::memset(dx, 0, sizeof(T) * n);
+      std::memset(dz, 0, sizeof(T) * n);
       T last_z = T(NAN), last_m = T(NAN), w = T(0);
       for (int64_t j = 0; j < n; ++j) {
         if (!(z[j] == last_z && m[j] == last_m)) {  // one exponential per head, as in CodeSoftmax
@@ -301,26 +256,158 @@ inline void AddLoadAdjoints(const EdgeCode<T>& p, int side, const T* adj, int64_
   }
 }
 
+// ---- The interpreter (the policy when no generated code is loaded) ----
+
+template <typename T>
+class Interpreted {
+ public:
+  static constexpr bool kSeedsItself = false;
+
+  explicit Interpreted(const EdgeCode<T>& p) : p_(p) {
+    for (int side = kLoadSrc; side <= kLoadEdge; ++side) NeededFor(p, side, needed_[side]);
+  }
+  void Forward(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {
+    EvalTile(p_, u, v, e, f0, n, r);
+  }
+  template <typename Sink>
+  void Messages(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r, Sink&& sink) const {
+    EvalTile(p_, u, v, e, f0, n, r);
+    const T* __restrict message = r->value[p_.value];
+    for (int64_t j = 0; j < n; ++j) sink(j, message[j]);
+  }
+  bool Reaches(int side) const { return needed_[side][p_.value] || (p_.score >= 0 && needed_[side][p_.score]); }
+  void Backward(int side, int64_t, int64_t, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r, T* row) const {
+    constexpr int64_t kTile = CodeTile<T>();
+    const bool* needed = needed_[side];
+    for (int i = 0; i < p_.num_instructions; ++i) {  // the seeds' registers hold the seeds
+      if (needed[i] && i != p_.value && i != p_.score) std::memset(r->adjoints + i * kTile, 0, sizeof(T) * n);
+    }
+    AdjointTile(p_, r, n, needed);
+    AddLoadAdjoints(p_, side, r->adjoints, e, f0, n, row);
+  }
+
+ private:
+  const EdgeCode<T>& p_;
+  bool needed_[kLoadEdge + 1][kMaxInstructions];
+};
+
+// ---- Forward: sum / mean / max / min ----
+
+template <typename T, typename Index, typename Code>
+struct CodeForwardWalk {
+  const Segments<Index>& csc;
+  const EdgeCode<T>& p;
+  const Code& code;
+  int64_t gathered_rows;
+  int64_t gathered_per_row;
+  CodeRegisters<T>* regs;  // this thread's
+  static constexpr int kParts = 1;
+
+  void Prefetch(Index k, int64_t, int64_t) const {
+    PrefetchBytes(p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width,
+                  std::min<int64_t>(p.src_width * sizeof(T), 512));
+  }
+  template <typename Red, int64_t kStride>
+  void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
+                  Index* __restrict win) const {
+    static_assert(kStride == CodeTile<T>(), "edge code tiles are the walk's tiles");
+    const Index e = csc.Edge(k);
+    code.Messages(csc.Row(k), v, e, f0, count, regs, [&](int64_t j, T message) { Red::Step(acc[j], win[j], message, e); });
+  }
+};
+
+// out[v] = reduce over the segment's edges of the program's message; init and
+// arg as in FusedGather.
+template <Reduce R, typename T, typename Index, typename Code = Interpreted<T>>
+void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_src, int64_t first, int64_t last,
+                T* out, Index* arg, const T* init) {
+  const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
+  // Registers live on the heap, once per block: a 64 KiB stack array per edge costs page probes.
+  auto* regs = new CodeRegisters<T>;
+  const Code code(p);
+  const CodeForwardWalk<T, Index, Code> walk{csc, p, code, csc.indices ? num_src : 0, per_row, regs};
+  ReduceSegments<R>(walk, csc, 1, p.width, first, last, out, arg, init);
+  delete regs;
+}
+
+// ---- Forward: the online softmax (state rows [acc | sum | m], 3 * width) ----
+
+template <typename T, typename Index, typename Code = Interpreted<T>>
+void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first, int64_t last, T* out,
+                 const T* init) {
+  constexpr int64_t kTile = CodeTile<T>();
+  const int64_t width = p.width;
+  auto* regs = new CodeRegisters<T>;
+  const Code code(p);
+  for (int64_t v = first; v < last; ++v) {
+    T* row = out + v * 3 * width;
+    const T* start = init != nullptr ? init + v * 3 * width : nullptr;
+    for (int64_t f0 = 0; f0 < width; f0 += kTile) {
+      const int64_t n = std::min(kTile, width - f0);
+      T acc[kTile], sum[kTile], m[kTile];
+      for (int64_t j = 0; j < n; ++j) {
+        acc[j] = start ? start[f0 + j] : T(0);
+        sum[j] = start ? start[width + f0 + j] : T(0);
+        m[j] = start ? start[2 * width + f0 + j] : T(-INFINITY);
+      }
+      for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
+        code.Forward(csc.Row(k), v, csc.Edge(k), f0, n, regs);
+        const T* z = regs->value[p.score];
+        const T* x = regs->value[p.value];
+        // SoftmaxStep, with its coefficients computed once per run of equal (score, maximum): a score per
+        // head is broadcast over the head's features, which sit side by side.
+        T last_z = T(NAN), last_m = T(NAN), keep = T(1), add = T(0), top = T(0);
+        for (int64_t j = 0; j < n; ++j) {
+          if (!(z[j] == last_z && m[j] == last_m)) {
+            last_z = z[j];
+            last_m = m[j];
+            SoftmaxCoefficients(z[j], m[j], keep, add, top);
+          }
+          sum[j] = sum[j] * keep + add;
+          acc[j] = acc[j] * keep + add * x[j];
+          m[j] = top;
+        }
+      }
+      for (int64_t j = 0; j < n; ++j) {
+        row[f0 + j] = acc[j];
+        row[width + f0 + j] = sum[j];
+        row[2 * width + f0 + j] = m[j];
+      }
+    }
+  }
+  delete regs;
+}
+
+// One edge's share of a gradient walk: seed, then send the adjoints back into `row`.
+template <Seed S, typename T, typename Index, typename Code>
+inline void CodeEdgeGrad(const Code& code, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed, int side,
+                         int64_t u, int64_t v, Index e, CodeRegisters<T>* regs, T* row) {
+  constexpr int64_t kTile = CodeTile<T>();
+  for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
+    const int64_t n = std::min(kTile, p.width - f0);
+    if constexpr (Code::kSeedsItself) {
+      code.Backward(side, u, v, e, f0, n, row, seed.At(v, e, f0));
+    } else {
+      code.Forward(u, v, e, f0, n, regs);
+      if (!seed.Apply(p, v, e, f0, n, regs)) continue;
+      code.Backward(side, u, v, e, f0, n, regs, row);
+    }
+  }
+}
+
 // d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide.
-template <Seed S, typename T, typename Index>
+template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
                  int64_t first, int64_t last, T* d_src) {
-  constexpr int64_t kTile = CodeTile<T>();
   auto* regs = new CodeRegisters<T>;
-  bool needed[kMaxInstructions];
-  NeededFor(p, kLoadSrc, needed);
+  const Code code(p);
+  const bool reaches = code.Reaches(kLoadSrc);
   for (int64_t u = first; u < last; ++u) {
     T* row = d_src + u * p.src_width;
     std::memset(row, 0, sizeof(T) * p.src_width);
+    if (!reaches) continue;
     for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
-      const Index v = csr.Row(k), e = csr.Edge(k);
-      for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
-        const int64_t n = std::min(kTile, p.width - f0);
-        EvalTile(p, u, v, e, f0, n, regs);
-        if (!seed.Apply(p, v, e, f0, n, regs, needed)) continue;
-        AdjointTile(p, regs, n, needed);
-        AddLoadAdjoints(p, kLoadSrc, regs->adjoints, e, f0, n, row);
-      }
+      CodeEdgeGrad(code, p, seed, kLoadSrc, u, csr.Row(k), csr.Edge(k), regs, row);
     }
   }
   delete regs;
@@ -328,13 +415,12 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
 
 // d x_dst (side kLoadDst: rows per destination) or d edge (kLoadEdge: rows per
 // edge): walks the destination-grouped (CSC) segments [first, last).
-template <Seed S, typename T, typename Index>
+template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
                        int side, int64_t first, int64_t last, T* out) {
-  constexpr int64_t kTile = CodeTile<T>();
   auto* regs = new CodeRegisters<T>;
-  bool needed[kMaxInstructions];
-  NeededFor(p, side, needed);
+  const Code code(p);
+  const bool reaches = code.Reaches(side);
   const int64_t out_width = side == kLoadDst ? p.dst_width : p.edge_width;
   for (int64_t v = first; v < last; ++v) {
     if (side == kLoadDst) std::memset(out + v * out_width, 0, sizeof(T) * out_width);
@@ -342,16 +428,73 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
       const Index e = csc.Edge(k);
       T* row = out + (side == kLoadDst ? v : static_cast<int64_t>(e)) * out_width;
       if (side == kLoadEdge) std::memset(row, 0, sizeof(T) * out_width);
-      for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
-        const int64_t n = std::min(kTile, p.width - f0);
-        EvalTile(p, csc.Row(k), v, e, f0, n, regs);
-        if (!seed.Apply(p, v, e, f0, n, regs, needed)) continue;
-        AdjointTile(p, regs, n, needed);
-        AddLoadAdjoints(p, side, regs->adjoints, e, f0, n, row);
-      }
+      if (reaches) CodeEdgeGrad(code, p, seed, side, csc.Row(k), v, e, regs, row);
     }
   }
   delete regs;
+}
+
+// ---- One op call: what the CPU kernels hand to a policy's walks ----
+//
+// The same entry points serve the interpreter (the op kernels instantiate
+// them) and generated code (each generated library instantiates them for its
+// one program and reduce, and exports them as plain C functions that take a
+// CodeCall; its layout is kCodeCallAbi, which the library's signature names).
+
+constexpr int kCodeCallAbi = 1;
+
+// Reduce codes: the order of the op's reduce attribute.
+enum CodeReduce : int { kCodeSum = 0, kCodeMean, kCodeMax, kCodeMin, kCodeSoftmax };
+
+template <typename T, typename Index>
+struct CodeCall {
+  Segments<Index> csc, csr;
+  EdgeCode<T> p;
+  int64_t num_src = 0;
+  T* out = nullptr;            // the forward's result, or the gradient
+  Index* arg = nullptr;        // forward, max / min: the winners
+  const T* init = nullptr;     // forward: the accumulator to start from (may be out), or null
+  const T* grad = nullptr;     // gradient: d result (mean: 1/degree folded in)
+  const Index* winners = nullptr;  // gradient, max / min: the forward's arg
+  const T* state = nullptr;        // gradient, softmax: the forward's finished state
+};
+
+// The forward over segments [first, last) of c.csc.
+template <int kReduce, typename Code, typename T, typename Index>
+void RunCodeForward(const CodeCall<T, Index>& c, int64_t first, int64_t last) {
+  if constexpr (kReduce == kCodeSoftmax) {
+    CodeSoftmax<T, Index, Code>(c.csc, c.p, first, last, c.out, c.init);
+  } else {
+    constexpr Reduce R = kReduce == kCodeSum ? Reduce::kSum : kReduce == kCodeMean ? Reduce::kMean
+                         : kReduce == kCodeMax ? Reduce::kMax : Reduce::kMin;
+    CodeGather<R, T, Index, Code>(c.csc, c.p, c.num_src, first, last, c.out, c.arg, c.init);
+  }
+}
+
+// The gradient w.r.t. the operand that loads of `side` read: segments [first, last) of c.csr (kLoadSrc) or
+// c.csc (kLoadDst, kLoadEdge).
+template <int kReduce, typename Code, typename T, typename Index>
+void RunCodeGrad(const CodeCall<T, Index>& c, int side, int64_t first, int64_t last) {
+  constexpr Seed S = kReduce == kCodeSoftmax ? Seed::kSoftmax
+                     : (kReduce == kCodeMax || kReduce == kCodeMin) ? Seed::kWinner : Seed::kWhole;
+  const CodeSeed<S, T, Index> seed{c.grad, c.winners, c.state, c.p.width};
+  if (side == kLoadSrc) {
+    CodeGradSrc<S, T, Index, Code>(c.csr, c.p, seed, first, last, c.out);
+  } else {
+    CodeGradDstOrEdge<S, T, Index, Code>(c.csc, c.p, seed, side, first, last, c.out);
+  }
+}
+
+// fn(std::integral_constant<int, code>{}) for a reduce code.
+template <typename Fn>
+void WithCodeReduce(int reduce, Fn&& fn) {
+  switch (reduce) {
+    case kCodeSum: return fn(std::integral_constant<int, kCodeSum>{});
+    case kCodeMean: return fn(std::integral_constant<int, kCodeMean>{});
+    case kCodeMax: return fn(std::integral_constant<int, kCodeMax>{});
+    case kCodeMin: return fn(std::integral_constant<int, kCodeMin>{});
+    default: return fn(std::integral_constant<int, kCodeSoftmax>{});
+  }
 }
 
 }  // namespace ngra

@@ -23,14 +23,15 @@ namespace ngra {
 // one libm call per element: the G-GCN gate kernels ran 10x slower with it).
 
 // e^x for float in plain arithmetic (Cephes expf: e^x = 2^n e^r, |r| <= ln2/2,
-// degree-6 polynomial; within 2 ulp of std::exp). Past 88.376 it gives inf
-// (std::exp does past 88.723), below -87.336 0 (no denormals); NaN stays NaN.
-// Branch-free, with the clamping done on the integer exponent: GCC's
-// vectoriser gives up on a float clamp feeding a float-to-int conversion.
+// degree-6 polynomial; within 2 ulp of std::exp). It overflows to inf where
+// std::exp does (past 88.7228; 2^128 is applied as 2^127 * 2), gives 0 below
+// -87.336 (no denormals), and keeps NaN. Branch-free, with the clamping done
+// on the integer exponent: GCC's vectoriser gives up on a float clamp feeding
+// a float-to-int conversion.
 __attribute__((always_inline)) inline float HostExpFloat(float x) {
   const float t = x * 1.44269504088896341f;
   int whole = static_cast<int>(t + std::copysign(0.5f, t));  // round to nearest
-  whole = whole < -126 ? -126 : (whole > 127 ? 127 : whole);
+  whole = whole < -126 ? -126 : (whole > 128 ? 128 : whole);
   const float n = static_cast<float>(whole);
   float r = x - n * 0.693359375f;
   r = r + n * 2.12194440e-4f;
@@ -41,8 +42,9 @@ __attribute__((always_inline)) inline float HostExpFloat(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   const float e = p * r * r + r + 1.0f;
-  float result = e * __builtin_bit_cast(float, (whole + 127) << 23);
-  result = x > 88.3762626647949f ? HUGE_VALF : result;
+  const int top = whole > 127 ? 1 : 0;  // 2^128 is not a float: scale by 2^127, then 2
+  float result = e * __builtin_bit_cast(float, (whole - top + 127) << 23) * (1.0f + static_cast<float>(top));
+  result = x > 88.72283935546875f ? HUGE_VALF : result;
   result = x < -87.3365447505531f ? 0.0f : result;
   return x != x ? x : result;
 }

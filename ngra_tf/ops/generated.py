@@ -1,0 +1,530 @@
+"""Generated edge code: each edge program as C++ of its own, compiled once and cached on disk.
+
+The interpreter (ops/kernels/edge_code_walks.h) runs a program one
+instruction at a time over a tile of features. For each program signature
+(its instructions, the shapes of its tables, the reduce, dtype and index type)
+this module writes the program as straight-line C++ instead:
+
+- the forward is one loop over the tile's features with every register a
+  local, so the compiler keeps them in vector registers;
+- what depends only on the edge (a per-edge weight, a score that one table
+  entry broadcasts) is computed once per edge, outside that loop;
+- each gradient walk recomputes the forward and runs its adjoint in the same
+  loop, for the registers that reach the operand being differentiated only.
+
+The source is compiled with the compiler and flags that built the op library
+(recorded beside it at build time) into a shared library that the edge-code
+kernels load (`kernel` attribute; ops/cc/generated_code.h). The walks,
+seeds, reductions and threading are the interpreter's own, instantiated with
+the generated program; a library is used only when its signature is the
+call's, so a stale file runs the interpreter rather than wrong code.
+
+Libraries are cached in NGRA_TF_KERNEL_CACHE (default
+~/.cache/ngra_tf/kernels), keyed by a hash of the source, the compiler's
+version, the flags and the kernel headers. Two processes compiling the same
+program each write a file of their own and rename it into place, so a reader
+only ever sees a whole library. Without a compiler, or when compiling fails,
+the interpreter runs and `status()` says why in one line.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+import warnings
+
+import numpy as np
+
+CACHE_ENV = "NGRA_TF_KERNEL_CACHE"
+DISABLE_ENV = "NGRA_TF_GENERATED_CODE"  # "0": always interpret (A/B benchmarks, the fallback's tests)
+_HERE = os.path.dirname(os.path.abspath(__file__))
+_HEADERS = ("platform.h", "edge_code.h", "edge_code_walks.h", "propagate.h", "programs.h", "reducers.h",
+            "segments.h")
+ABI = 1  # kCodeCallAbi in ops/kernels/edge_code_walks.h
+
+_OPCODE_NAMES = {  # EdgeCode opcode names -> the C++ enumerators of ops/kernels/edge_code.h
+    "neg": "kNeg", "abs": "kAbs", "square": "kSquare", "sqrt": "kSqrt", "rsqrt": "kRsqrt", "exp": "kExp",
+    "expm1": "kExpm1", "log": "kLog", "log1p": "kLog1p", "reciprocal": "kReciprocal", "tanh": "kTanh",
+    "sigmoid": "kSigmoid", "relu": "kRelu", "leaky_relu": "kLeakyRelu", "elu": "kElu", "selu": "kSelu",
+    "softplus": "kSoftplus", "softsign": "kSoftsign", "pow_const": "kPowConst", "add": "kAdd", "sub": "kSub",
+    "mul": "kMul", "div": "kDiv", "maximum": "kMaximum", "minimum": "kMinimum",
+    "squared_difference": "kSquaredDifference",
+}
+_SIDES = {"load_src": 0, "load_src_typed": 0, "load_dst": 1, "load_edge": 2}  # kLoadSrc, kLoadDst, kLoadEdge
+_REDUCES = ("sum", "mean", "max", "min", "softmax")
+_lock = threading.Lock()
+_failure: str | None = None  # why the last compile failed, for status()
+
+
+# ---- the program's shape ----
+
+def table_shapes(tables: np.ndarray, read) -> str:
+    """Per table: "c" (entry f is the first + f), "u" (one entry for every feature), "g" (any), "-" (no load
+    reads it); the kernel derives the same string from the call's tables (ParseCodeArgs)."""
+    shapes = []
+    for t, row in enumerate(np.asarray(tables)):
+        if t not in read:
+            shapes.append("-")
+        elif row.size > 0 and np.array_equal(row, row[0] + np.arange(row.size)):
+            shapes.append("c")
+        elif row.size > 0 and np.all(row == row[0]):
+            shapes.append("u")
+        else:
+            shapes.append("g")
+    return "".join(shapes)
+
+
+def signature(code, dtype: str, index_dtype: str, reduce: str) -> str:
+    """What the kernel checks a library against (CodeAttrs::Signature in ops/cc/edge_code_kernels.cc)."""
+    ints = ",".join(str(v) for v in code.attrs()["code"])
+    return (f"abi={ABI} T={dtype} Index={index_dtype} reduce={reduce} code={ints} value={code.value} "
+            f"score={code.score}")
+
+
+class _Program:
+    """The analysis the source is written from: which registers vary per feature, which are live, and which
+    carry an adjoint to each side."""
+
+    def __init__(self, code):
+        self.code = code
+        self.ins = code.instructions
+        read = {a for op, a, b, k in self.ins if op in _SIDES}
+        self.shapes = table_shapes(code.tables, read)
+        n = len(self.ins)
+        self.per_edge = [False] * n  # the same for every feature of an edge
+        for i, (op, a, b, k) in enumerate(self.ins):
+            if op in _SIDES:
+                self.per_edge[i] = self.shapes[a] == "u"
+            elif op == "const":
+                self.per_edge[i] = True
+            else:
+                self.per_edge[i] = self.per_edge[a] and (op not in _BINARY or self.per_edge[b])
+        roots = {code.value} | ({code.score} if code.score >= 0 else set())
+        self.live = [False] * n
+        for i in sorted(roots):
+            self.live[i] = True
+        for i in range(n - 1, -1, -1):
+            op, a, b, k = self.ins[i]
+            if self.live[i] and op not in _SIDES and op != "const":
+                self.live[a] = True
+                if op in _BINARY:
+                    self.live[b] = True
+        self.roots = roots
+
+    def depends(self, side: int) -> list:
+        """Whether each register depends on a load of `side`."""
+        out = []
+        for op, a, b, k in self.ins:
+            if op in _SIDES:
+                out.append(_SIDES[op] == side)
+            elif op == "const":
+                out.append(False)
+            else:
+                out.append(out[a] or (op in _BINARY and out[b]))
+        return out
+
+    def reaches(self, side: int) -> bool:
+        depends = self.depends(side)
+        return any(depends[i] for i in self.roots)
+
+
+_BINARY = {"add", "sub", "mul", "div", "maximum", "minimum", "squared_difference"}
+
+
+# ---- the source ----
+
+def _prelude(p: _Program, registers) -> list:
+    """Row pointers, per-load bases and the per-edge registers among `registers`."""
+    lines = []
+    ops = {op for i, (op, *_) in enumerate(p.ins) if registers[i]}
+    if ops & {"load_src", "load_src_typed"}:
+        lines.append("const T* __restrict src = p_.x_src + u * p_.src_width;")
+    typed = [b for op, a, b, k in p.ins if op == "load_src_typed"]
+    if "load_src_typed" in ops:
+        lines.append(f"const T* __restrict typed = src + static_cast<int64_t>(p_.type[e]) * {typed[0]};")
+    if "load_dst" in ops:
+        lines.append("const T* __restrict dst = p_.x_dst + v * p_.dst_width;")
+    if "load_edge" in ops:
+        lines.append("const T* __restrict edge = p_.edge + e * p_.edge_width;")
+    base = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if not registers[i]:
+            continue
+        if op in _SIDES:
+            shape = p.shapes[a]
+            if shape == "c":
+                lines.append(f"const T* __restrict l{i} = {base[op]} + p_.contiguous[{a}] + f0;")
+            elif shape == "u":
+                lines.append(f"const T r{i} = {base[op]}[p_.tables[{a} * p_.width]];")
+            else:
+                lines.append(f"const int32_t* __restrict t{i} = p_.tables + {a} * p_.width + f0;")
+        elif op == "const":
+            lines.append(f"const T r{i} = p_.constants[{k}];")
+        else:
+            if k >= 0:
+                lines.append(f"const T k{i} = p_.constants[{k}];")
+            if p.per_edge[i]:
+                lines.append(f"const T r{i} = {_value(p, i)};")
+    return lines
+
+
+def _value(p: _Program, i: int) -> str:
+    op, a, b, k = p.ins[i]
+    second = f"r{b}" if op in _BINARY else f"r{a}"
+    return f"OpMath<{_OPCODE_NAMES[op]}>::Value(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'})"
+
+
+def _feature_values(p: _Program, registers) -> list:
+    """The per-feature registers among `registers`, inside the loop over j."""
+    base = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}
+    lines = []
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if not registers[i] or p.per_edge[i]:
+            continue
+        if op in _SIDES:
+            lines.append(f"const T r{i} = l{i}[j];" if p.shapes[a] == "c" else f"const T r{i} = {base[op]}[t{i}[j]];")
+        else:
+            lines.append(f"const T r{i} = {_value(p, i)};")
+    return lines
+
+
+def _closure(p: _Program, registers) -> list:
+    """`registers` and every register they are computed from."""
+    out = list(registers)
+    for i in range(len(p.ins) - 1, -1, -1):
+        op, a, b, k = p.ins[i]
+        if out[i] and op not in _SIDES and op != "const":
+            out[a] = True
+            if op in _BINARY:
+                out[b] = True
+    return out
+
+
+def _forward(p: _Program) -> list:
+    """Forward (the message's and score's tiles, for the online softmax) and Messages (the message per feature
+    into a sink, for the reductions)."""
+    c = p.code
+    lines = ["void Forward(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {",
+             "  (void)u; (void)v; (void)e;"]
+    lines += ["  " + line for line in _prelude(p, p.live)]
+    outs = [(c.value, "value")] + ([(c.score, "score")] if c.score >= 0 and c.score != c.value else [])
+    for reg, name in outs:
+        lines.append(f"  T* __restrict out_{name} = r->values + {reg} * kTile;")
+    lines.append("  for (int64_t j = 0; j < n; ++j) {")
+    lines += ["    " + line for line in _feature_values(p, p.live)]
+    for reg, name in outs:
+        lines.append(f"    out_{name}[j] = r{reg};")
+    lines.append("  }")
+    for reg, name in outs:
+        lines.append(f"  r->value[{reg}] = out_{name};")
+    lines.append("}")
+    message = _closure(p, [i == c.value for i in range(len(p.ins))])
+    lines += ["template <typename Sink>",
+              "void Messages(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>*, "
+              "Sink&& sink) const {", "  (void)u; (void)v; (void)e;"]
+    lines += ["  " + line for line in _prelude(p, message)]
+    lines.append("  for (int64_t j = 0; j < n; ++j) {")
+    lines += ["    " + line for line in _feature_values(p, message)]
+    lines.append(f"    sink(j, r{c.value});")
+    lines += ["  }", "}"]
+    return lines
+
+
+def _backward(p: _Program, side: int, name: str) -> list:
+    """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop."""
+    c = p.code
+    softmax = c.score >= 0
+    depends = p.depends(side)
+    # Registers with an adjoint: dependent on the side, and a root or read by one that has one.
+    adjoint = [False] * len(p.ins)
+    for i in range(len(p.ins) - 1, -1, -1):
+        op, a, b, k = p.ins[i]
+        if i in p.roots and depends[i]:
+            adjoint[i] = True
+        if adjoint[i] and op not in _SIDES and op != "const":
+            for x in ((a, b) if op in _BINARY else (a,)):
+                if depends[x]:
+                    adjoint[x] = True
+    # The forward registers that the adjoints and seeds read.
+    reads = list(adjoint)
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if adjoint[i] and op not in _SIDES and op != "const":
+            reads[a] = True
+            if op in _BINARY:
+                reads[b] = True
+    if softmax:
+        reads[c.score] = reads[c.value] = True
+    needed = _closure(p, reads)
+    base = {"load_src": "row", "load_src_typed": "typed_row", "load_dst": "row", "load_edge": "row"}
+    lines = ["template <typename Seed>",
+             f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, const Seed& seed) const {{",
+             "  (void)u; (void)v; (void)e;"]
+    lines += ["  " + line for line in _prelude(p, needed)]
+    if any(adjoint[i] and op == "load_src_typed" for i, (op, *_) in enumerate(p.ins)):
+        stride = next(b for op, a, b, k in p.ins if op == "load_src_typed")
+        lines.append(f"  T* typed_row = row + static_cast<int64_t>(p_.type[e]) * {stride};")
+    seeds = [(c.value, "Value")] + ([(c.score, "Score")] if softmax else [])
+    # Per-edge registers that feature ops or seeds send adjoints to: a tile of them, summed after the loop.
+    edge_tiles = set()
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if adjoint[i] and not p.per_edge[i] and op not in _SIDES and op != "const":
+            for x in ((a, b) if op in _BINARY else (a,)):
+                if adjoint[x] and p.per_edge[x]:
+                    edge_tiles.add(x)
+    for reg, _ in seeds:
+        if adjoint[reg] and p.per_edge[reg]:
+            edge_tiles.add(reg)
+    for x in sorted(edge_tiles):
+        lines.append(f"  alignas(64) T ae{x}[kTile];")
+    # Feature loads of the side, grouped by where they add (the same table of the same row). One group adds
+    # straight into the row in the loop; several go through tiles, since their ranges may overlap.
+    groups = {}
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if op in _SIDES and adjoint[i] and not p.per_edge[i]:
+            groups.setdefault((base[op], a), []).append(i)
+    groups = sorted(groups.items())
+    direct = len(groups) == 1
+    for g, ((row, table), members) in enumerate(groups):
+        if not direct:
+            lines.append(f"  alignas(64) T al{g}[kTile];")
+        elif p.shapes[table] == "c":
+            lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
+        else:
+            lines.append(f"  const int32_t* __restrict at0 = p_.tables + {table} * p_.width + f0;")
+    lines.append("  for (int64_t j = 0; j < n; ++j) {")
+    lines += ["    " + line for line in _feature_values(p, needed)]
+    for i in range(len(p.ins)):
+        if adjoint[i] and not p.per_edge[i]:
+            lines.append(f"    T g{i} = T(0);")
+    for x in sorted(edge_tiles):
+        lines.append(f"    ae{x}[j] = T(0);")
+    z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
+
+    def target(reg):
+        return f"ae{reg}[j]" if p.per_edge[reg] else f"g{reg}"
+
+    for reg, kind in seeds:
+        if adjoint[reg]:
+            lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});")
+    for i in range(len(p.ins) - 1, -1, -1):
+        op, a, b, k = p.ins[i]
+        if not adjoint[i] or p.per_edge[i] or op in _SIDES or op == "const":
+            continue
+        second = f"r{b}" if op in _BINARY else f"r{a}"
+        lines.append("    {")
+        lines.append("      T ga = T(0), gb = T(0);")
+        lines.append(f"      OpMath<{_OPCODE_NAMES[op]}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
+                     f"r{i}, g{i}, ga, gb);")
+        if adjoint[a]:
+            lines.append(f"      {target(a)} += ga;")
+        if op in _BINARY and adjoint[b]:
+            lines.append(f"      {target(b)} += gb;")
+        lines.append("      (void)ga; (void)gb;")
+        lines.append("    }")
+    for g, ((row, table), members) in enumerate(groups):
+        total = " + ".join(f"g{i}" for i in members)
+        if not direct:
+            lines.append(f"    al{g}[j] = {total};")
+        elif p.shapes[table] == "c":
+            lines.append(f"    out0[j] += {total};")
+        else:
+            lines.append(f"    {row}[at0[j]] += {total};")
+    lines.append("  }")
+    # After the loop: the per-edge registers' adjoints, in reverse, then their loads' and the tiles' into the row.
+    for i in range(len(p.ins)):
+        if adjoint[i] and p.per_edge[i]:
+            lines.append(f"  T g{i} = T(0);")
+    for reg in sorted(edge_tiles):
+        lines.append(f"  for (int64_t j = 0; j < n; ++j) g{reg} += ae{reg}[j];")
+    for i in range(len(p.ins) - 1, -1, -1):
+        op, a, b, k = p.ins[i]
+        if not adjoint[i] or not p.per_edge[i] or op in _SIDES or op == "const":
+            continue
+        second = f"r{b}" if op in _BINARY else f"r{a}"
+        lines.append("  {")
+        lines.append("    T ga = T(0), gb = T(0);")
+        lines.append(f"    OpMath<{_OPCODE_NAMES[op]}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
+                     f"r{i}, g{i}, ga, gb);")
+        if adjoint[a]:
+            lines.append(f"    g{a} += ga;")
+        if op in _BINARY and adjoint[b]:
+            lines.append(f"    g{b} += gb;")
+        lines.append("    (void)ga; (void)gb;")
+        lines.append("  }")
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if op in _SIDES and adjoint[i] and p.per_edge[i]:
+            lines.append(f"  {base[op]}[p_.tables[{a} * p_.width]] += g{i};")
+    if not direct:
+        for g, ((row, table), members) in enumerate(groups):
+            if p.shapes[table] == "c":
+                lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
+                lines.append(f"    for (int64_t j = 0; j < n; ++j) out[j] += al{g}[j]; }}")
+            else:
+                lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
+                lines.append(f"    for (int64_t j = 0; j < n; ++j) {row}[at[j]] += al{g}[j]; }}")
+    lines.append("}")
+    return lines
+
+
+def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
+    """The C++ of one program's generated library (see the module doc)."""
+    p = _Program(code)
+    cpp_type = {"float32": "float", "float64": "double"}[dtype]
+    index = {"int32": "int32_t", "int64": "int64_t"}[index_dtype]
+    sides = [(0, "BackwardSrc"), (1, "BackwardDst"), (2, "BackwardEdge")]
+    body = ["// Generated by ngra_tf/ops/generated.py for:", f"//   {code.expression()}",
+            f"// {signature(code, dtype, index_dtype, reduce)}",
+            '#include "ops/kernels/edge_code_walks.h"', "", "namespace {", "using namespace ngra;",
+            f"using T = {cpp_type};", f"using Index = {index};", "constexpr int64_t kTile = CodeTile<T>();", "",
+            "class Program {", " public:", "  static constexpr bool kSeedsItself = true;",
+            "  explicit Program(const EdgeCode<T>& p) : p_(p) {}"]
+    reaches = {side: p.reaches(side) for side, _ in sides}
+    condition = " || ".join(f"side == {side}" for side, _ in sides if reaches[side]) or "false"
+    body.append(f"  bool Reaches(int side) const {{ (void)side; return {condition}; }}")
+    body += ["  " + line for line in _forward(p)]
+    body.append("  template <typename Seed>")
+    body.append("  void Backward(int side, int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, "
+                "const Seed& seed) const {")
+    for side, name in sides:
+        if reaches[side]:
+            body.append(f"    if (side == {side}) return {name}(u, v, e, f0, n, row, seed);")
+    body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)row; (void)seed;")
+    body.append("  }")
+    body.append("")
+    body.append(" private:")
+    for side, name in sides:
+        if reaches[side]:
+            body += ["  " + line for line in _backward(p, side, name)]
+    body += ["  const EdgeCode<T>& p_;", "};", "}  // namespace", ""]
+    reduce_code = _REDUCES.index(reduce)
+    body += ['extern "C" {',
+             f'__attribute__((visibility("default"))) extern const char ngra_edge_code_signature[] = '
+             f'"{signature(code, dtype, index_dtype, reduce)}";',
+             f'__attribute__((visibility("default"))) extern const char ngra_edge_code_tables[] = "{p.shapes}";',
+             '__attribute__((visibility("default"))) void ngra_edge_code_forward(const void* call, int64_t first, '
+             'int64_t last) {',
+             f"  RunCodeForward<{reduce_code}, Program>(*static_cast<const CodeCall<T, Index>*>(call), first, last);",
+             "}",
+             '__attribute__((visibility("default"))) void ngra_edge_code_grad(const void* call, int side, '
+             'int64_t first, int64_t last) {',
+             f"  RunCodeGrad<{reduce_code}, Program>(*static_cast<const CodeCall<T, Index>*>(call), side, first, "
+             "last);",
+             "}", '}  // extern "C"', ""]
+    return "\n".join(body)
+
+
+# ---- the toolchain and the cache ----
+
+def _include_root():
+    """The directory holding ops/kernels/*.h: the package's copy (a wheel) or the source tree (editable)."""
+    for root in (os.path.join(_HERE, "include"), os.path.dirname(os.path.dirname(_HERE))):
+        if os.path.isfile(os.path.join(root, "ops", "kernels", "edge_code_walks.h")):
+            return root
+    return None
+
+
+@functools.lru_cache(maxsize=None)
+def toolchain():
+    """(compiler, flags, include root, fingerprint), or a one-line reason string when there is none."""
+    recorded = os.path.join(_HERE, "_ngra_ops.json")
+    try:
+        with open(recorded) as f:
+            build = json.load(f)
+        compiler, flags = build["cxx"], list(build["flags"])
+    except (OSError, ValueError, KeyError):
+        compiler = os.environ.get("CXX", "g++")
+        flags = ["-std=c++17", "-O3", "-fno-trapping-math", "-fPIC", "-g0", "-march=native"]
+    found = shutil.which(compiler)
+    if found is None:
+        return f"no C++ compiler: {compiler} (the op library's) is not on PATH"
+    root = _include_root()
+    if root is None:
+        return "the kernel headers (ops/kernels/*.h) are not installed with ngra_tf"
+    try:
+        version = subprocess.run([found, "--version"], capture_output=True, text=True, timeout=60).stdout
+    except (OSError, subprocess.SubprocessError) as error:
+        return f"the C++ compiler {found} does not run ({error})"
+    digest = hashlib.sha256(version.encode() + json.dumps(flags).encode())
+    for header in _HEADERS:
+        with open(os.path.join(root, "ops", "kernels", header), "rb") as f:
+            digest.update(f.read())
+    return found, flags, root, digest.hexdigest()
+
+
+def cache_dir() -> str:
+    return os.environ.get(CACHE_ENV) or os.path.join(os.path.expanduser("~"), ".cache", "ngra_tf", "kernels")
+
+
+def enabled() -> bool:
+    return os.environ.get(DISABLE_ENV, "1") != "0"
+
+
+def status() -> str:
+    """How edge code runs on the CPU in this process, in a phrase: "generated C++ (...)" or "interpreted: why"."""
+    if not enabled():
+        return f"interpreted: {DISABLE_ENV}=0"
+    tools = toolchain()
+    if isinstance(tools, str):
+        return f"interpreted: {tools}"
+    if _failure is not None:
+        return f"interpreted: {_failure}"
+    return f"generated C++ ({os.path.basename(tools[0])}, cached in {cache_dir()})"
+
+
+@functools.lru_cache(maxsize=None)
+def _library(key_source: str) -> str:
+    global _failure
+    tools = toolchain()
+    if isinstance(tools, str):
+        return ""
+    compiler, flags, root, fingerprint = tools
+    key = hashlib.sha256((fingerprint + key_source).encode()).hexdigest()[:32]
+    directory = cache_dir()
+    path = os.path.join(directory, f"edge_code_{key}.so")
+    if os.path.isfile(path):
+        return path
+    with _lock:  # one compile at a time in a process; across processes, os.replace decides
+        if os.path.isfile(path):
+            return path
+        try:
+            os.makedirs(directory, exist_ok=True)
+            with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as scratch:
+                src = os.path.join(scratch, "code.cc")
+                with open(src, "w") as f:
+                    f.write(key_source)
+                out = os.path.join(scratch, "code.so")
+                run = subprocess.run([compiler, *flags, "-shared", "-I", root, src, "-o", out],
+                                     capture_output=True, text=True, timeout=600)
+                if run.returncode != 0:
+                    first = next((line for line in run.stderr.splitlines() if "error" in line), run.stderr[:200])
+                    raise RuntimeError(f"compiling generated edge code failed: {first.strip()}")
+                os.replace(out, path)
+        except (OSError, subprocess.SubprocessError, RuntimeError) as error:
+            _failure = str(error) if isinstance(error, RuntimeError) else f"cannot build in {directory} ({error})"
+            warnings.warn(f"ngra_tf: {_failure}; the edge-code interpreter runs instead", RuntimeWarning,
+                          stacklevel=4)
+            return ""
+    return path
+
+
+def library_for(code, dtype, index_dtype, reduce: str) -> str:
+    """The path of the program's generated library ("" to interpret): built on first use, then cached."""
+    if not enabled():
+        return ""
+    return _library(source(code, _name(dtype), _name(index_dtype), reduce))
+
+
+def _name(dtype) -> str:
+    import tensorflow as tf  # only for the dtype's name; the module itself needs no TF
+
+    return tf.as_dtype(dtype).name
+
+
+__all__ = ["CACHE_ENV", "DISABLE_ENV", "cache_dir", "library_for", "signature", "source", "status",
+           "table_shapes", "toolchain"]

@@ -1,0 +1,296 @@
+"""Generated edge code (ngra_tf.ops.generated): random programs, forward and every gradient, through the
+generated C++ equal the unfused per-edge path (TF ops) and the interpreter; without a compiler, or with a
+library that does not fit, the interpreter runs and says why; the cache is safe for two processes at once."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ngra_tf
+from ngra_tf.ops import edge_code as ec
+from ngra_tf.ops import generated
+
+pytestmark = pytest.mark.skipif(isinstance(generated.toolchain(), str), reason="no C++ compiler for generated code")
+
+CONSTANTS = (0.5, 0.2, 1.5, -0.75, 2.0, 25.0)
+UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "reciprocal", "tanh", "sigmoid",
+         "relu", "leaky_relu", "elu", "selu", "softplus", "softsign", "pow_const")
+BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "squared_difference")
+NUM_TYPES = 3
+
+
+class Builder:
+    """A random EdgeCode: loads through contiguous, one-entry, per-head, reversed and random tables (typed
+    source loads among them), then random ops in forms whose domain is safe."""
+
+    def __init__(self, rng, width):
+        self.rng, self.width = rng, width
+        self.slot = width + 1
+        self.src_width, self.dst_width, self.edge_width = NUM_TYPES * self.slot + 3, width + 2, 2
+        self.tables, self.ins = [], []
+
+    def table(self, bound, kind):
+        w, rng = self.width, self.rng
+        if kind == "c" and bound >= w:
+            t = int(rng.integers(0, bound - w + 1)) + np.arange(w)
+        elif kind == "u":
+            t = np.full(w, int(rng.integers(bound)))
+        elif kind == "heads":
+            t = (np.arange(w) // 4) % bound
+        elif kind == "reversed":
+            t = (w - 1 - np.arange(w)) % bound
+        else:
+            t = rng.integers(0, bound, w)
+        self.tables.append(t.astype(np.int32))
+        return len(self.tables) - 1
+
+    def emit(self, op, a=0, b=0, k=-1):
+        self.ins.append((op, int(a), int(b), int(k)))
+        return len(self.ins) - 1
+
+    def const(self, value):
+        return self.emit("const", k=CONSTANTS.index(value))
+
+    def unary(self, op, x):
+        """op applied where its domain is safe: sqrt(softplus(x) + 0.5), log1p(sigmoid(x)), ..."""
+        if op in ("sqrt", "rsqrt", "log", "reciprocal", "pow_const"):
+            x = self.emit("add", self.emit("softplus", x), self.const(0.5))
+        elif op == "log1p":
+            x = self.emit("sigmoid", x)
+        elif op in ("exp", "expm1"):
+            x = self.emit("tanh", x)
+        k = CONSTANTS.index(0.2) if op == "leaky_relu" else CONSTANTS.index(1.5) if op == "pow_const" else -1
+        return self.emit(op, x, 0, k)
+
+    def binary(self, op, a, b):
+        if op == "div":
+            b = self.emit("add", self.emit("softplus", b), self.const(0.5))
+        return self.emit(op, a, b)
+
+    def draw(self, attention=False, big_exp=False):
+        rng = self.rng
+        kinds = ["c", "u", "heads", "reversed", "random"]
+        regs = [self.emit("load_src", self.table(self.src_width, kinds[rng.integers(5)])) for _ in range(2)]
+        regs.append(self.emit("load_src", self.table(self.src_width, "c")))
+        if rng.random() < 0.7:
+            regs.append(self.emit("load_src_typed", self.table(self.slot, rng.choice(["c", "u", "random"])), self.slot))
+        if rng.random() < 0.8:
+            regs.append(self.emit("load_dst", self.table(self.dst_width, rng.choice(["c", "heads", "u"]))))
+        if rng.random() < 0.7:
+            regs.append(self.emit("load_edge", self.table(self.edge_width, rng.choice(["u", "random"]))))
+        regs.append(self.const(-0.75))
+        for _ in range(int(rng.integers(4, 9))):
+            if rng.random() < 0.45:
+                regs.append(self.unary(UNARY[rng.integers(len(UNARY))], regs[rng.integers(len(regs))]))
+            else:
+                a, b = (regs[i] for i in rng.integers(len(regs), size=2))
+                regs.append(self.binary(BINARY[rng.integers(len(BINARY))], a, b))
+        value = self.emit("add", regs[-1], self.emit("mul", regs[-2], regs[-3]))
+        if big_exp:  # exponentials up to e^75: float32's range, where a polynomial exp is least accurate
+            value = self.emit("mul", value, self.emit("exp", self.emit("mul", regs[0], self.const(25.0))))
+        score = -1
+        if attention:
+            score = regs[int(rng.integers(len(regs)))] if rng.random() < 0.8 else value
+        return ec.EdgeCode(tuple(self.ins), CONSTANTS, np.stack(self.tables), value, score)
+
+
+def _graph(rng, num_vertices=23, num_edges=160):
+    src, dst = rng.integers(0, num_vertices, num_edges), rng.integers(0, num_vertices, num_edges)
+    dst[:5] = 0  # a busy destination, and (most likely) empty ones
+    return ngra_tf.Graph.from_edges(src, dst, num_vertices)
+
+
+def _operands(rng, builder, graph, dtype, big_exp):
+    def normal(*shape):
+        return tf.constant(rng.normal(scale=1.0, size=shape), dtype)
+
+    x_src = normal(graph.num_vertices, builder.src_width)
+    if big_exp:  # the big exponential's argument is 25 * a source row: keep it within [-3, 3]
+        x_src = tf.clip_by_value(x_src, -3.0, 3.0)
+    x_dst = normal(graph.num_vertices, builder.dst_width)
+    edge = normal(graph.num_edges, builder.edge_width)
+    types = tf.constant(rng.integers(0, NUM_TYPES, graph.num_edges), tf.int32)
+    return x_src, x_dst, edge, types
+
+
+def _run(adjacency, code, operands, reduce, upstream, kernel_mode):
+    """(result, d x_src, d x_dst, d edge) through the op, with generated code on or off."""
+    x_src, x_dst, edge, types = operands
+    args = dict(x_dst=x_dst if code.reads("dst") else None, edge_data=edge if code.reads("edge") else None,
+                edge_type=types if code.reads("type") else None)
+    previous = os.environ.get(generated.DISABLE_ENV)
+    os.environ[generated.DISABLE_ENV] = kernel_mode
+    try:
+        out, aux = ec.edge_code_gather(adjacency, code, x_src, reduce=reduce, return_aux=True, **args)
+        grads = ec.edge_code_grads(adjacency, code, upstream(out), x_src, reduce=reduce,
+                                   aux=aux if reduce in ("max", "min") else None,
+                                   state=out if reduce == "softmax" else None, **args)
+    finally:
+        if previous is None:
+            del os.environ[generated.DISABLE_ENV]
+        else:
+            os.environ[generated.DISABLE_ENV] = previous
+    return [out] + [g for g in grads]
+
+
+def _reference(adjacency, code, operands, reduce, upstream, aux, state):
+    """The unfused path: every register as a per-edge tensor of TF ops, reduced; gradients by TF."""
+    x_src, x_dst, edge, types = operands
+    watched = [x_src, x_dst, edge]
+    with tf.GradientTape() as tape:
+        tape.watch(watched)
+        out = ec._reference_result(adjacency, code, x_src, x_dst, edge, types, reduce,
+                                   aux if reduce in ("max", "min") else None, state)
+    return tape.gradient(out, watched, output_gradients=upstream(out), unconnected_gradients="zero")
+
+
+def _close(got, want, what, tol):
+    """Within tol of want's largest finite magnitude; infinities (a softmax state's empty rows) exactly."""
+    got, want = (np.asarray(tf.convert_to_tensor(t), np.float64) for t in (got, want))
+    finite = np.isfinite(want)
+    np.testing.assert_array_equal(np.where(finite, 0, got), np.where(finite, 0, want), err_msg=what)
+    scale = max(np.max(np.abs(want[finite]), initial=0), 1e-30)
+    np.testing.assert_allclose(got[finite] / scale, want[finite] / scale, rtol=0, atol=tol, err_msg=what)
+
+
+REDUCES = ("sum", "mean", "max", "min", "softmax")
+
+
+def _check(seed, reduce, dtype, width, big_exp=False):
+    rng = np.random.default_rng(seed)
+    builder = Builder(rng, width)
+    code = builder.draw(attention=reduce == "softmax", big_exp=big_exp)
+    graph = _graph(rng)
+    adjacency = graph.adjacency
+    operands = _operands(rng, builder, graph, dtype, big_exp)
+    upstream_values = {}
+
+    def upstream(out):
+        if out.shape not in upstream_values:
+            upstream_values[out.shape] = tf.constant(rng.normal(size=out.shape), dtype)
+        return upstream_values[out.shape]
+
+    fast = _run(adjacency, code, operands, reduce, upstream, "1")
+    slow = _run(adjacency, code, operands, reduce, upstream, "0")
+    tol = 1e-5 if dtype == tf.float32 else 1e-12
+    what = f"seed {seed}, {reduce}, {dtype.name}, width {width}: {code.expression()}"
+    for name, a, b in zip(("result", "d x_src", "d x_dst", "d edge"), fast, slow):
+        if b is None:
+            assert a is None
+            continue
+        _close(a, b, f"generated vs interpreted {name}; {what}", tol)
+    if reduce in ("max", "min"):  # the same winners, then the gradients of those winners' messages
+        got_aux = ec.edge_code_gather(adjacency, code, operands[0], operands[1] if code.reads("dst") else None,
+                                      operands[2] if code.reads("edge") else None,
+                                      operands[3] if code.reads("type") else None, reduce=reduce, return_aux=True)[1]
+        aux = got_aux
+    else:
+        aux = None
+    if reduce == "softmax":
+        _close(ec.softmax_result(fast[0], width), ec.softmax_result(
+            ec._reference_gather(adjacency, code, *operands, "softmax", None)[0], width),
+            f"softmax result; {what}", tol)
+    else:
+        want = ec._reference_gather(adjacency, code, *operands, reduce, None)[0]
+        _close(fast[0], want, f"result; {what}", tol)
+    want_grads = _reference(adjacency, code, operands, reduce, upstream, aux, fast[0] if reduce == "softmax" else None)
+    for name, got, want in zip(("d x_src", "d x_dst", "d edge"), fast[1:], want_grads):
+        if got is not None:
+            _close(got, want, f"{name}; {what}", tol)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("seed", range(3))
+def test_random_programs_equal_the_unfused_path_and_the_interpreter(seed, reduce):
+    _check(seed, reduce, tf.float32, width=12)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "softmax"])
+@pytest.mark.parametrize("seed", range(2))
+def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, reduce):
+    _check(40 + seed, reduce, tf.float32, width=9, big_exp=True)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("seed", range(3, 11))
+def test_random_programs_full_matrix(seed, reduce, dtype):
+    _check(seed, reduce, dtype, width=[5, 12, 130][seed % 3], big_exp=seed % 4 == 0)
+
+
+# ---- falling back ----
+
+def _simple():
+    rows = np.arange(4, dtype=np.int32)
+    code = ec.EdgeCode((("load_src", 0, 0, -1), ("load_dst", 0, 0, -1), ("add", 0, 1, -1), ("tanh", 2, 0, -1)),
+                       (), rows[None], 3)
+    graph = ngra_tf.Graph.from_edges([0, 1, 2, 2], [1, 2, 0, 1], 3)
+    x = tf.constant(np.random.default_rng(0).normal(size=(3, 4)), tf.float32)
+    return code, graph, x
+
+
+def test_without_a_compiler_the_interpreter_runs_and_explain_says_why(monkeypatch):
+    code, graph, x = _simple()
+    want = ec.edge_code_gather(graph.adjacency, code, x, x)
+    monkeypatch.setattr(generated, "toolchain", lambda: "no C++ compiler: g++ (the op library's) is not on PATH")
+    generated._library.cache_clear()
+    try:
+        assert generated.library_for(code, tf.float32, tf.int32, "sum") == ""
+        assert generated.status() == "interpreted: no C++ compiler: g++ (the op library's) is not on PATH"
+        np.testing.assert_allclose(ec.edge_code_gather(graph.adjacency, code, x, x), want, rtol=1e-6)
+    finally:
+        generated._library.cache_clear()
+
+
+def test_a_failed_compile_warns_once_and_interprets(monkeypatch, tmp_path):
+    code, graph, x = _simple()
+    compiler, flags, root, fingerprint = generated.toolchain()
+    monkeypatch.setattr(generated, "toolchain", lambda: (compiler, flags + ["-DNGRA_BROKEN", "-include", "missing.h"],
+                                                         root, fingerprint + "broken"))
+    monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(generated, "_failure", None)
+    generated._library.cache_clear()
+    try:
+        with pytest.warns(RuntimeWarning, match="compiling generated edge code failed"):
+            assert generated.library_for(code, tf.float32, tf.int32, "sum") == ""
+        assert generated.status().startswith("interpreted: compiling generated edge code failed")
+        assert [p.name for p in tmp_path.iterdir()] == []  # nothing half-written is left
+    finally:
+        generated._library.cache_clear()
+
+
+def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
+    """A kernel attribute naming a missing file, or another program's library, gives the interpreter's result."""
+    code, graph, x = _simple()
+    lib = ngra_tf.ops.library()
+    other = ec.EdgeCode(code.instructions[:3], (), code.tables, 2)
+    args = [x, x, tf.zeros([0, 0]), tf.zeros([0], tf.int32), tf.zeros([0]), tf.constant(code.tables),
+            *graph.adjacency.tensors(), tf.zeros([0])]
+    want = lib.ngra_edge_code(*args, reduce="sum", kernel="", **code.attrs())[0]
+    for kernel in (str(tmp_path / "missing.so"), generated.library_for(other, tf.float32, tf.int32, "sum")):
+        got = lib.ngra_edge_code(*args, reduce="sum", kernel=kernel, **code.attrs())[0]
+        np.testing.assert_array_equal(got, want)
+
+
+def test_two_processes_compiling_the_same_program_share_one_library(tmp_path):
+    script = textwrap.dedent("""
+        import numpy as np, tensorflow as tf
+        from ngra_tf.ops import edge_code as ec, generated
+        rows = np.arange(6, dtype=np.int32)
+        code = ec.EdgeCode((("load_src", 0, 0, -1), ("sigmoid", 0, 0, -1), ("mul", 0, 1, -1)), (), rows[None], 2)
+        print("PATH", generated.library_for(code, tf.float32, tf.int64, "max"))
+    """)
+    env = dict(os.environ, **{generated.CACHE_ENV: str(tmp_path)})
+    runs = [subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE, text=True)
+            for _ in range(2)]
+    paths = {next(line.split()[1] for line in run.communicate()[0].splitlines() if line.startswith("PATH"))
+             for run in runs}
+    assert all(run.returncode == 0 for run in runs)
+    assert len(paths) == 1 and os.path.isfile(paths.pop())
+    assert [p.suffix for p in tmp_path.iterdir()] == [".so"]  # no scratch left behind
