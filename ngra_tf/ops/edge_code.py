@@ -40,7 +40,7 @@ from ngra_tf.graph.adjacency import LoadedAdjacency
 from ngra_tf.ops import generated, reference
 from ngra_tf.ops._loader import library
 
-# Keep in step with ops/kernels/edge_code.h.
+# The order of EdgeOpcode in ops/kernels/edge_code.h (tests/ops/test_generated.py checks it).
 LOADS = ("load_src", "load_dst", "load_edge", "load_src_typed")
 UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "reciprocal", "tanh", "sigmoid",
          "relu", "leaky_relu", "elu", "selu", "softplus", "softsign", "pow_const")

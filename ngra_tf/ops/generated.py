@@ -48,14 +48,13 @@ _HEADERS = ("platform.h", "edge_code.h", "edge_code_walks.h", "propagate.h", "pr
             "segments.h")
 ABI = 1  # kCodeCallAbi in ops/kernels/edge_code_walks.h
 
-_OPCODE_NAMES = {  # EdgeCode opcode names -> the C++ enumerators of ops/kernels/edge_code.h
-    "neg": "kNeg", "abs": "kAbs", "square": "kSquare", "sqrt": "kSqrt", "rsqrt": "kRsqrt", "exp": "kExp",
-    "expm1": "kExpm1", "log": "kLog", "log1p": "kLog1p", "reciprocal": "kReciprocal", "tanh": "kTanh",
-    "sigmoid": "kSigmoid", "relu": "kRelu", "leaky_relu": "kLeakyRelu", "elu": "kElu", "selu": "kSelu",
-    "softplus": "kSoftplus", "softsign": "kSoftsign", "pow_const": "kPowConst", "add": "kAdd", "sub": "kSub",
-    "mul": "kMul", "div": "kDiv", "maximum": "kMaximum", "minimum": "kMinimum",
-    "squared_difference": "kSquaredDifference",
-}
+
+
+def enumerator(name: str) -> str:
+    """An EdgeCode opcode's C++ enumerator in ops/kernels/edge_code.h: leaky_relu -> kLeakyRelu."""
+    return "k" + "".join(part.capitalize() for part in name.split("_"))
+
+
 _SIDES = {"load_src": 0, "load_src_typed": 0, "load_dst": 1, "load_edge": 2}  # kLoadSrc, kLoadDst, kLoadEdge
 _REDUCES = ("sum", "mean", "max", "min", "softmax")
 _lock = threading.Lock()
@@ -177,7 +176,7 @@ def _prelude(p: _Program, registers) -> list:
 def _value(p: _Program, i: int) -> str:
     op, a, b, k = p.ins[i]
     second = f"r{b}" if op in _BINARY else f"r{a}"
-    return f"OpMath<{_OPCODE_NAMES[op]}>::Value(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'})"
+    return f"OpMath<{enumerator(op)}>::Value(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'})"
 
 
 def _feature_values(p: _Program, registers) -> list:
@@ -319,7 +318,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
         second = f"r{b}" if op in _BINARY else f"r{a}"
         lines.append("    {")
         lines.append("      T ga = T(0), gb = T(0);")
-        lines.append(f"      OpMath<{_OPCODE_NAMES[op]}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
+        lines.append(f"      OpMath<{enumerator(op)}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
                      f"r{i}, g{i}, ga, gb);")
         if adjoint[a]:
             lines.append(f"      {target(a)} += ga;")
@@ -349,7 +348,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
         second = f"r{b}" if op in _BINARY else f"r{a}"
         lines.append("  {")
         lines.append("    T ga = T(0), gb = T(0);")
-        lines.append(f"    OpMath<{_OPCODE_NAMES[op]}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
+        lines.append(f"    OpMath<{enumerator(op)}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
                      f"r{i}, g{i}, ga, gb);")
         if adjoint[a]:
             lines.append(f"    g{a} += ga;")

@@ -32,7 +32,8 @@
 
 namespace ngra {
 
-// Opcodes. Keep in step with ngra_tf/ops/edge_code.py (OPCODES).
+// Opcodes, in the order of OPCODES in ngra_tf/ops/edge_code.py (tests/ops/test_generated.py
+// checks the two against each other; generated code names these enumerators).
 enum EdgeOpcode : int32_t {
   // Loads: a = table row, b = slot stride (typed source loads), k unused.
   kLoadSrc = 0,

@@ -294,3 +294,17 @@ def test_two_processes_compiling_the_same_program_share_one_library(tmp_path):
     assert all(run.returncode == 0 for run in runs)
     assert len(paths) == 1 and os.path.isfile(paths.pop())
     assert [p.suffix for p in tmp_path.iterdir()] == [".so"]  # no scratch left behind
+
+
+def test_the_opcode_tables_agree():
+    """Python's opcode numbers are the order of ops/kernels/edge_code.h's EdgeOpcode, whose enumerators the
+    generated code names."""
+    import re
+
+    header = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "kernels", "edge_code.h")
+    with open(header) as f:
+        body = re.search(r"enum EdgeOpcode : int32_t \{(.*?)\};", f.read(), re.S).group(1)
+    enumerators = re.findall(r"^\s*(k[A-Za-z0-9]+)", re.sub(r"//.*", "", body), re.M)
+    assert enumerators[-1] == "kNumOpcodes"
+    assert enumerators[:-1] == [generated.enumerator(name) for name in sorted(ec.OPCODES, key=ec.OPCODES.get)]
+    assert len(ec.OPCODES) == len(set(ec.OPCODES.values())) == len(enumerators) - 1
