@@ -281,21 +281,20 @@ def _backward(p: _Program, side: int, name: str) -> list:
             edge_tiles.add(reg)
     for x in sorted(edge_tiles):
         lines.append(f"  alignas(64) T ae{x}[kTile];")
-    # Feature loads of the side, grouped by where they add (the same table of the same row). One group adds
-    # straight into the row in the loop; several go through tiles, since their ranges may overlap.
+    # Feature loads of the side, grouped by where they add (the same table of the same row). One contiguous
+    # group adds straight into the row in the loop; otherwise each group fills a tile that is added after the
+    # loop: ranges may overlap, and an indexed add in the loop (entries repeat) would keep it from vectorising.
     groups = {}
     for i, (op, a, b, k) in enumerate(p.ins):
         if op in _SIDES and adjoint[i] and not p.per_edge[i]:
             groups.setdefault((base[op], a), []).append(i)
     groups = sorted(groups.items())
-    direct = len(groups) == 1
+    direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
     for g, ((row, table), members) in enumerate(groups):
         if not direct:
             lines.append(f"  alignas(64) T al{g}[kTile];")
-        elif p.shapes[table] == "c":
-            lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
         else:
-            lines.append(f"  const int32_t* __restrict at0 = p_.tables + {table} * p_.width + f0;")
+            lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
     lines.append("  for (int64_t j = 0; j < n; ++j) {")
     lines += ["    " + line for line in _feature_values(p, needed)]
     for i in range(len(p.ins)):
@@ -328,12 +327,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
         lines.append("    }")
     for g, ((row, table), members) in enumerate(groups):
         total = " + ".join(f"g{i}" for i in members)
-        if not direct:
-            lines.append(f"    al{g}[j] = {total};")
-        elif p.shapes[table] == "c":
-            lines.append(f"    out0[j] += {total};")
-        else:
-            lines.append(f"    {row}[at0[j]] += {total};")
+        lines.append(f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
     lines.append("  }")
     # After the loop: the per-edge registers' adjoints, in reverse, then their loads' and the tiles' into the row.
     for i in range(len(p.ins)):

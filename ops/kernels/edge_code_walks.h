@@ -395,6 +395,23 @@ inline void CodeEdgeGrad(const Code& code, const EdgeCode<T>& p, const CodeSeed<
   }
 }
 
+// What a gradient walk reads at random, a few edges ahead (the forward's walk prefetches the same way):
+// walking sources (CSR), the destination's seed rows (softmax: d acc, d sum and the finished maximum) and
+// its loaded row; walking destinations (CSC), the source's row.
+constexpr int64_t kPrefetchMax = 1024;
+
+template <Seed S, typename T, typename Index>
+inline void PrefetchDestination(const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed, int64_t v) {
+  const int64_t row = p.width * sizeof(T);
+  if constexpr (S == Seed::kSoftmax) {
+    PrefetchBytes(seed.grad + v * 3 * p.width, std::min(2 * row, kPrefetchMax));
+    PrefetchBytes(seed.state + v * 3 * p.width + 2 * p.width, std::min(row, kPrefetchMax));
+  } else {
+    PrefetchBytes(seed.grad + v * p.width, std::min(row, kPrefetchMax));
+  }
+  if (p.x_dst != nullptr) PrefetchBytes(p.x_dst + v * p.dst_width, std::min<int64_t>(p.dst_width * sizeof(T), kPrefetchMax));
+}
+
 // d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide.
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
@@ -407,6 +424,7 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
     std::memset(row, 0, sizeof(T) * p.src_width);
     if (!reaches) continue;
     for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
+      if (k + kPrefetchDistance < csr.End(last - 1)) PrefetchDestination(p, seed, csr.Row(k + kPrefetchDistance));
       CodeEdgeGrad(code, p, seed, kLoadSrc, u, csr.Row(k), csr.Edge(k), regs, row);
     }
   }
@@ -428,7 +446,12 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
       const Index e = csc.Edge(k);
       T* row = out + (side == kLoadDst ? v : static_cast<int64_t>(e)) * out_width;
       if (side == kLoadEdge) std::memset(row, 0, sizeof(T) * out_width);
-      if (reaches) CodeEdgeGrad(code, p, seed, side, csc.Row(k), v, e, regs, row);
+      if (!reaches) continue;
+      if (k + kPrefetchDistance < csc.End(last - 1)) {
+        PrefetchBytes(p.x_src + csc.Row(k + kPrefetchDistance) * p.src_width,
+                      std::min<int64_t>(p.src_width * sizeof(T), kPrefetchMax));
+      }
+      CodeEdgeGrad(code, p, seed, side, csc.Row(k), v, e, regs, row);
     }
   }
   delete regs;
