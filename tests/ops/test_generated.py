@@ -205,13 +205,13 @@ def _check(seed, reduce, dtype, width, big_exp=False):
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("seed", range(2))
 def test_random_programs_equal_the_unfused_path_and_the_interpreter(seed, reduce):
     _check(seed, reduce, tf.float32, width=12)
 
 
 @pytest.mark.parametrize("reduce", ["sum", "softmax"])
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(1))
 def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, reduce):
     _check(40 + seed, reduce, tf.float32, width=9, big_exp=True)
 
@@ -219,7 +219,7 @@ def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, redu
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("seed", range(3, 11))
+@pytest.mark.parametrize("seed", range(2, 11))
 def test_random_programs_full_matrix(seed, reduce, dtype):
     _check(seed, reduce, dtype, width=[5, 12, 130][seed % 3], big_exp=seed % 4 == 0)
 
