@@ -37,6 +37,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 import warnings
 
 import numpy as np
@@ -487,6 +488,7 @@ def _library(key_source: str) -> str:
             return path
         try:
             os.makedirs(directory, exist_ok=True)
+            _remove_stale_scratch(directory)
             with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as scratch:
                 src = os.path.join(scratch, "code.cc")
                 with open(src, "w") as f:
@@ -499,11 +501,21 @@ def _library(key_source: str) -> str:
                     raise RuntimeError(f"compiling generated edge code failed: {first.strip()}")
                 os.replace(out, path)
         except (OSError, subprocess.SubprocessError, RuntimeError) as error:
-            _failure = str(error) if isinstance(error, RuntimeError) else f"cannot build in {directory} ({error})"
+            _failure = (str(error) if isinstance(error, RuntimeError) else
+                        f"cannot build in {directory} ({error}); set {CACHE_ENV} to a writable directory")
             warnings.warn(f"ngra_tf: {_failure}; the edge-code interpreter runs instead", RuntimeWarning,
                           stacklevel=4)
             return ""
     return path
+
+
+def _remove_stale_scratch(directory: str, age_s: float = 3600.0):
+    """Scratch directories of compiles killed on the way (a finished compile removes its own): any over an hour
+    old. A library itself is never half-written: it appears by rename."""
+    now = time.time()
+    for entry in os.scandir(directory):
+        if entry.name.startswith(".build-") and entry.is_dir() and now - entry.stat().st_mtime > age_s:
+            shutil.rmtree(entry.path, ignore_errors=True)
 
 
 def library_for(code, dtype, index_dtype, reduce: str) -> str:

@@ -308,3 +308,21 @@ def test_the_opcode_tables_agree():
     assert enumerators[-1] == "kNumOpcodes"
     assert enumerators[:-1] == [generated.enumerator(name) for name in sorted(ec.OPCODES, key=ec.OPCODES.get)]
     assert len(ec.OPCODES) == len(set(ec.OPCODES.values())) == len(enumerators) - 1
+
+
+def test_a_killed_compile_leaves_no_scratch_for_long(monkeypatch, tmp_path):
+    """A compile killed on the way leaves a scratch directory; the next compile removes it once it is stale."""
+    stale = tmp_path / ".build-killed"
+    stale.mkdir()
+    (stale / "code.cc").write_text("// half")
+    os.utime(stale, (0, 0))
+    fresh = tmp_path / ".build-running"
+    fresh.mkdir()  # another process compiling right now: left alone
+    monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
+    generated._library.cache_clear()
+    try:
+        code, _, _ = _simple()
+        assert generated.library_for(code, tf.float32, tf.int64, "min")
+    finally:
+        generated._library.cache_clear()
+    assert not stale.exists() and fresh.exists()
