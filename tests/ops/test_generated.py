@@ -205,7 +205,7 @@ def _check(seed, reduce, dtype, width, big_exp=False):
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("seed", range(2))
+@pytest.mark.parametrize("seed", range(1))
 def test_random_programs_equal_the_unfused_path_and_the_interpreter(seed, reduce):
     _check(seed, reduce, tf.float32, width=12)
 
@@ -219,7 +219,7 @@ def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, redu
 @pytest.mark.slow
 @pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("seed", range(2, 11))
+@pytest.mark.parametrize("seed", range(1, 11))
 def test_random_programs_full_matrix(seed, reduce, dtype):
     _check(seed, reduce, dtype, width=[5, 12, 130][seed % 3], big_exp=seed % 4 == 0)
 
@@ -278,6 +278,7 @@ def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
         np.testing.assert_array_equal(got, want)
 
 
+@pytest.mark.slow
 def test_two_processes_compiling_the_same_program_share_one_library(tmp_path):
     script = textwrap.dedent("""
         import numpy as np, tensorflow as tf
