@@ -47,7 +47,7 @@ UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p"
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "squared_difference")
 OPCODES = {name: code for code, name in enumerate(LOADS + ("const",) + UNARY + BINARY)}
 MAX_INSTRUCTIONS = 64
-CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")
+CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")  # the order of CodeReduce in ops/kernels/edge_code_walks.h
 
 _TF_UNARY = {
     "neg": tf.negative, "abs": tf.abs, "square": tf.square, "sqrt": tf.sqrt, "rsqrt": tf.math.rsqrt, "exp": tf.exp,

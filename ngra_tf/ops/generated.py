@@ -57,7 +57,6 @@ def enumerator(name: str) -> str:
 
 
 _SIDES = {"load_src": 0, "load_src_typed": 0, "load_dst": 1, "load_edge": 2}  # kLoadSrc, kLoadDst, kLoadEdge
-_REDUCES = ("sum", "mean", "max", "min", "softmax")
 _lock = threading.Lock()
 _failure: str | None = None  # why the last compile failed, for status()
 
@@ -396,7 +395,9 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
         if reaches[side]:
             body += ["  " + line for line in _backward(p, side, name)]
     body += ["  const EdgeCode<T>& p_;", "};", "}  // namespace", ""]
-    reduce_code = _REDUCES.index(reduce)
+    from ngra_tf.ops.edge_code import CODE_REDUCES  # noqa: PLC0415  (edge_code imports this module)
+
+    reduce_code = CODE_REDUCES.index(reduce)  # CodeReduce in ops/kernels/edge_code_walks.h
     body += ['extern "C" {',
              f'__attribute__((visibility("default"))) extern const char ngra_edge_code_signature[] = '
              f'"{signature(code, dtype, index_dtype, reduce)}";',

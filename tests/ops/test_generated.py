@@ -297,9 +297,9 @@ def test_two_processes_compiling_the_same_program_share_one_library(tmp_path):
     assert [p.suffix for p in tmp_path.iterdir()] == [".so"]  # no scratch left behind
 
 
-def test_the_opcode_tables_agree():
+def test_the_opcode_and_reduce_tables_agree():
     """Python's opcode numbers are the order of ops/kernels/edge_code.h's EdgeOpcode, whose enumerators the
-    generated code names."""
+    generated code names; its reduces are the order of CodeReduce, the numbers a generated library is built for."""
     import re
 
     header = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "kernels", "edge_code.h")
@@ -309,6 +309,11 @@ def test_the_opcode_tables_agree():
     assert enumerators[-1] == "kNumOpcodes"
     assert enumerators[:-1] == [generated.enumerator(name) for name in sorted(ec.OPCODES, key=ec.OPCODES.get)]
     assert len(ec.OPCODES) == len(set(ec.OPCODES.values())) == len(enumerators) - 1
+    walks = os.path.join(os.path.dirname(header), "edge_code_walks.h")
+    with open(walks) as f:
+        reduces = re.search(r"enum CodeReduce : int \{(.*?)\};", f.read(), re.S).group(1)
+    assert [name.strip().split()[0] for name in reduces.split(",")] == [
+        "kCode" + name.capitalize() for name in ec.CODE_REDUCES]
 
 
 def test_a_killed_compile_leaves_no_scratch_for_long(monkeypatch, tmp_path):
