@@ -57,6 +57,7 @@ def enumerator(name: str) -> str:
 
 
 _SIDES = {"load_src": 0, "load_src_typed": 0, "load_dst": 1, "load_edge": 2}  # kLoadSrc, kLoadDst, kLoadEdge
+_ROWS = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}  # each load's row
 _lock = threading.Lock()
 _failure: str | None = None  # why the last compile failed, for status()
 
@@ -151,16 +152,15 @@ def _prelude(p: _Program, registers) -> list:
         lines.append("const T* __restrict dst = p_.x_dst + v * p_.dst_width;")
     if "load_edge" in ops:
         lines.append("const T* __restrict edge = p_.edge + e * p_.edge_width;")
-    base = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}
     for i, (op, a, b, k) in enumerate(p.ins):
         if not registers[i]:
             continue
         if op in _SIDES:
             shape = p.shapes[a]
             if shape == "c":
-                lines.append(f"const T* __restrict l{i} = {base[op]} + p_.contiguous[{a}] + f0;")
+                lines.append(f"const T* __restrict l{i} = {_ROWS[op]} + p_.contiguous[{a}] + f0;")
             elif shape == "u":
-                lines.append(f"const T r{i} = {base[op]}[p_.tables[{a} * p_.width]];")
+                lines.append(f"const T r{i} = {_ROWS[op]}[p_.tables[{a} * p_.width]];")
             else:
                 lines.append(f"const int32_t* __restrict t{i} = p_.tables + {a} * p_.width + f0;")
         elif op == "const":
@@ -173,21 +173,36 @@ def _prelude(p: _Program, registers) -> list:
     return lines
 
 
-def _value(p: _Program, i: int) -> str:
+def _operands(p: _Program, i: int) -> str:
+    """Op i's (a, b, k) arguments of OpMath: a unary op gets its operand twice, and T(0) without a constant."""
     op, a, b, k = p.ins[i]
-    second = f"r{b}" if op in _BINARY else f"r{a}"
-    return f"OpMath<{enumerator(op)}>::Value(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'})"
+    return f"r{a}, {f'r{b}' if op in _BINARY else f'r{a}'}, {f'k{i}' if k >= 0 else 'T(0)'}"
+
+
+def _value(p: _Program, i: int) -> str:
+    return f"OpMath<{enumerator(p.ins[i][0])}>::Value({_operands(p, i)})"
+
+
+def _adjoint_step(p: _Program, i: int, adjoint, target, indent: str) -> list:
+    """Op i's adjoint, g{i} sent to its operands that carry one (target(reg): where reg's adjoint adds)."""
+    op, a, b, k = p.ins[i]
+    lines = [f"{indent}{{", f"{indent}  T ga = T(0), gb = T(0);",
+             f"{indent}  OpMath<{enumerator(op)}>::Adjoint({_operands(p, i)}, r{i}, g{i}, ga, gb);"]
+    if adjoint[a]:
+        lines.append(f"{indent}  {target(a)} += ga;")
+    if op in _BINARY and adjoint[b]:
+        lines.append(f"{indent}  {target(b)} += gb;")
+    return lines + [f"{indent}  (void)ga; (void)gb;", f"{indent}}}"]
 
 
 def _feature_values(p: _Program, registers) -> list:
     """The per-feature registers among `registers`, inside the loop over j."""
-    base = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}
     lines = []
     for i, (op, a, b, k) in enumerate(p.ins):
         if not registers[i] or p.per_edge[i]:
             continue
         if op in _SIDES:
-            lines.append(f"const T r{i} = l{i}[j];" if p.shapes[a] == "c" else f"const T r{i} = {base[op]}[t{i}[j]];")
+            lines.append(f"const T r{i} = l{i}[j];" if p.shapes[a] == "c" else f"const T r{i} = {_ROWS[op]}[t{i}[j]];")
         else:
             lines.append(f"const T r{i} = {_value(p, i)};")
     return lines
@@ -260,7 +275,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
     if softmax:
         reads[c.score] = reads[c.value] = True
     needed = _closure(p, reads)
-    base = {"load_src": "row", "load_src_typed": "typed_row", "load_dst": "row", "load_edge": "row"}
+    gradient_row = {"load_src": "row", "load_src_typed": "typed_row", "load_dst": "row", "load_edge": "row"}
     lines = ["template <typename Seed>",
              f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, const Seed& seed) const {{",
              "  (void)u; (void)v; (void)e;"]
@@ -287,7 +302,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
     groups = {}
     for i, (op, a, b, k) in enumerate(p.ins):
         if op in _SIDES and adjoint[i] and not p.per_edge[i]:
-            groups.setdefault((base[op], a), []).append(i)
+            groups.setdefault((gradient_row[op], a), []).append(i)
     groups = sorted(groups.items())
     direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
     for g, ((row, table), members) in enumerate(groups):
@@ -311,20 +326,8 @@ def _backward(p: _Program, side: int, name: str) -> list:
         if adjoint[reg]:
             lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});")
     for i in range(len(p.ins) - 1, -1, -1):
-        op, a, b, k = p.ins[i]
-        if not adjoint[i] or p.per_edge[i] or op in _SIDES or op == "const":
-            continue
-        second = f"r{b}" if op in _BINARY else f"r{a}"
-        lines.append("    {")
-        lines.append("      T ga = T(0), gb = T(0);")
-        lines.append(f"      OpMath<{enumerator(op)}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
-                     f"r{i}, g{i}, ga, gb);")
-        if adjoint[a]:
-            lines.append(f"      {target(a)} += ga;")
-        if op in _BINARY and adjoint[b]:
-            lines.append(f"      {target(b)} += gb;")
-        lines.append("      (void)ga; (void)gb;")
-        lines.append("    }")
+        if adjoint[i] and not p.per_edge[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
+            lines += _adjoint_step(p, i, adjoint, target, "    ")
     for g, ((row, table), members) in enumerate(groups):
         total = " + ".join(f"g{i}" for i in members)
         lines.append(f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
@@ -335,24 +338,12 @@ def _backward(p: _Program, side: int, name: str) -> list:
             lines.append(f"  T g{i} = T(0);")
     for reg in sorted(edge_tiles):
         lines.append(f"  for (int64_t j = 0; j < n; ++j) g{reg} += ae{reg}[j];")
-    for i in range(len(p.ins) - 1, -1, -1):
-        op, a, b, k = p.ins[i]
-        if not adjoint[i] or not p.per_edge[i] or op in _SIDES or op == "const":
-            continue
-        second = f"r{b}" if op in _BINARY else f"r{a}"
-        lines.append("  {")
-        lines.append("    T ga = T(0), gb = T(0);")
-        lines.append(f"    OpMath<{enumerator(op)}>::Adjoint(r{a}, {second}, {f'k{i}' if k >= 0 else 'T(0)'}, "
-                     f"r{i}, g{i}, ga, gb);")
-        if adjoint[a]:
-            lines.append(f"    g{a} += ga;")
-        if op in _BINARY and adjoint[b]:
-            lines.append(f"    g{b} += gb;")
-        lines.append("    (void)ga; (void)gb;")
-        lines.append("  }")
+    for i in range(len(p.ins) - 1, -1, -1):  # a per-edge op reads per-edge registers only
+        if adjoint[i] and p.per_edge[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
+            lines += _adjoint_step(p, i, adjoint, lambda reg: f"g{reg}", "  ")
     for i, (op, a, b, k) in enumerate(p.ins):
         if op in _SIDES and adjoint[i] and p.per_edge[i]:
-            lines.append(f"  {base[op]}[p_.tables[{a} * p_.width]] += g{i};")
+            lines.append(f"  {gradient_row[op]}[p_.tables[{a} * p_.width]] += g{i};")
     if not direct:
         for g, ((row, table), members) in enumerate(groups):
             if p.shapes[table] == "c":
