@@ -88,10 +88,9 @@ flags.DEFINE_integer("patience", None, "Early-stopping patience on validation lo
 flags.DEFINE_integer("depth", None, "Graph layers of resgcn (default 4) and jknet (default 3).", lower_bound=2)
 flags.DEFINE_integer("k", 10, "APPNP's propagation steps.", lower_bound=1)
 flags.DEFINE_float("alpha", 0.1, "APPNP's teleport probability.", lower_bound=0, upper_bound=1)
-flags.DEFINE_float("attention_dropout", None, "GAT's dropout on the attention weights (default: --dropout). At 0 "
-                   "the attention fuses into one kernel per chunk (online softmax), which trains from a store with "
-                   "chunk-sized steps; dropout per edge is not element-wise and runs the column-wide softmax instead.",
-                   lower_bound=0, upper_bound=1)
+flags.DEFINE_float("attention_dropout", None, "GAT's dropout on the attention weights (default: --dropout), drawn "
+                   "at each edge's id: the attention fuses into one kernel per chunk (online softmax) with or "
+                   "without it, and trains from a store with chunk-sized steps.", lower_bound=0, upper_bound=0.999)
 flags.DEFINE_integer("chunks", 1, "Vertex intervals P: each graph layer runs over P x P edge chunks (with "
                      "--store, the store's own P: leave it out).", lower_bound=1)
 flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps (NGra §6.2): ngra (column by "

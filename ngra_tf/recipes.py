@@ -108,7 +108,7 @@ def build_model(model: str, graph, num_classes: int, hidden: int | None = None, 
     num_features (the input width) is needed by the functional models (resgcn, jknet, appnp) when `graph`
     is a Graph; a store knows it. depth: graph layers of resgcn (4) and jknet (3); k, alpha: APPNP's
     propagation steps and teleport probability; attention_dropout: GAT's on the attention weights (default: the
-    recipe's dropout; at 0 the attention fuses, see GAT). sparse: the functional models take sparse features (the
+    recipe's dropout; the attention fuses either way, see GAT). sparse: the functional models take sparse features (the
     others take what they are given). options go to GraphModel: chunks, schedule, rewrites, ...
     """
     _check_name(model)

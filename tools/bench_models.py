@@ -40,7 +40,8 @@ might write (tools/user_layers.py: a tanh-difference gate, an edge-weighted gate
 exp/div score, a leaky-relu message) against the closest built-in model (G-GCN, whose
 gate is a specialised kernel), each fused as edge code and unfused (hoisting only: the
 per-edge path a stage took before it could fuse), and GAT with its attention fused
-(online softmax) and unfused (the column-wide softmax): model.fit's epoch (median of
+(online softmax) and unfused (the column-wide softmax), without and with attention
+dropout (0.6, the recipe's): model.fit's epoch (median of
 --epochs after the first) and the peak resident memory, every cell in a subprocess of
 its own so that peaks compare.
 
@@ -563,7 +564,7 @@ VARIANT_ROWS = (("G-GCN (built in)", "ggcn", "ggcn"), ("tanh-difference gate", "
                 ("edge-weighted gate", "weighted-gate", "gcn"), ("exp/div score", "exp-div", "ggcn"),
                 ("leaky-relu message", "leaky-message", "ggcn"), ("RBF score", "rbf-score", "ggcn"),
                 ("leaky product", "leaky-product", "ggcn"), ("distance ratio", "distance-ratio", "ggcn"),
-                ("GAT (8 heads)", "gat", "gat"))
+                ("GAT (8 heads)", "gat", "gat"), ("GAT (8 heads), attention dropout 0.6", "gat-dropout", "gat"))
 
 
 def variants(preset, epochs):
@@ -580,7 +581,8 @@ def variants(preset, epochs):
                               capture_output=True, text=True, check=False, env=env)
         found = dict(line.split()[:2] for line in done.stdout.splitlines() if line.startswith("CELL_"))
         if "CELL_MS" in found:
-            return float(found["CELL_MS"]), float(found["CELL_FIRST_MS"]), float(found["CELL_PEAK_MIB"])
+            return (float(found["CELL_MS"]), float(found["CELL_FIRST_MS"]), float(found["CELL_PEAK_MIB"]),
+                    float(found["CELL_LOSS"]))
         if done.returncode in (-9, 137):
             return "out of memory"
         return f"failed ({done.stderr.strip().splitlines()[-1][:80] if done.stderr.strip() else done.returncode})"
@@ -591,9 +593,12 @@ def variants(preset, epochs):
     print()
     print(f"Edge code on the CPU: {generated.status()}; the interpreted cells run with {generated.DISABLE_ENV}=0.")
     print()
+    print("Every cell starts from the same seed: the last epoch's loss, fused and unfused, compares the two paths.")
+    print()
     print("| edge stage | fused as | fit epoch | first epoch | peak | epoch / G-GCN | peak / G-GCN | interpreted "
-          "epoch | generated speedup | unfused epoch | unfused peak | fused speedup | fused peak saving |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "epoch | generated speedup | unfused epoch | unfused peak | fused speedup | fused peak saving | "
+          "last loss, fused / unfused |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for label, name, _ in VARIANT_ROWS:
         fused = cell(name, "all")
@@ -602,17 +607,18 @@ def variants(preset, epochs):
             print(f"| {label} | {fused} |", flush=True)
             continue
         base = base or fused
-        kind = "specialised gate_sigmoid" if name == "ggcn" else "online softmax" if name == "gat" else "edge code"
+        kind = ("specialised gate_sigmoid" if name == "ggcn" else "online softmax" if name.startswith("gat")
+                else "edge code")
         text = [f"{fused[0]:.0f}", f"{fused[1]:.0f}", f"{fused[2]:.0f}", f"{fused[0] / base[0]:.2f}x",
                 f"{fused[2] / base[2]:.2f}x"]
         interpreted = cell(name, "all", interpreted=True) if FLAGS.interpreted and name != "ggcn" else "-"
         text += [interpreted, "-"] if isinstance(interpreted, str) else [
             f"{interpreted[0]:.0f}", f"{interpreted[0] / fused[0]:.2f}x"]
         if isinstance(unfused, str):
-            text += [unfused, "-", "-", "-"]
+            text += [unfused, "-", "-", "-", f"{fused[3]:.6f} / -"]
         else:
             text += [f"{unfused[0]:.0f}", f"{unfused[2]:.0f}", f"{unfused[0] / fused[0]:.2f}x",
-                     f"{unfused[2] / fused[2]:.2f}x"]
+                     f"{unfused[2] / fused[2]:.2f}x", f"{fused[3]:.6f} / {unfused[3]:.6f}"]
         print(f"| {label} | {kind} | " + " | ".join(text) + " |", flush=True)
 
 
@@ -628,11 +634,13 @@ def variant_cell(name, rewrites):
 
     prepare = next(p for _, n, p in VARIANT_ROWS if n == name)
     work = Workload(FLAGS.graphs[0], prepare, FLAGS.scale)
+    keras.utils.set_random_seed(0)  # the same weights and draws in every cell of a row
     if name in VARIANTS:
         stack = variant_stack(name, FLAGS.hidden, work.num_classes)
-    elif name == "gat":  # 8 heads of hidden / 8: the same total width
-        stack = [ngra_tf.layers.GAT(max(1, FLAGS.hidden // 8), heads=8, activation="elu"),
-                 ngra_tf.layers.GAT(work.num_classes, concat_heads=False)]
+    elif name.startswith("gat"):  # 8 heads of hidden / 8: the same total width
+        rate = 0.6 if name == "gat-dropout" else 0.0
+        stack = [ngra_tf.layers.GAT(max(1, FLAGS.hidden // 8), heads=8, activation="elu", attention_dropout=rate),
+                 ngra_tf.layers.GAT(work.num_classes, concat_heads=False, attention_dropout=rate)]
     else:
         stack = ngra_stack(name, FLAGS.hidden, work.num_classes)
     model = ngra_tf.GraphModel(work.graph, stack, rewrites=True if rewrites == "all" else rewrites.split("+"))
@@ -646,9 +654,10 @@ def variant_cell(name, rewrites):
         def on_epoch_end(self, epoch, logs=None):
             times.append(1e3 * (time.perf_counter() - self.start))
 
-    model.fit(work.features, work.labels, sample_weight=work.mask, epochs=FLAGS.epochs + 1, verbose=0,
-              callbacks=[EpochTimer()])
+    history = model.fit(work.features, work.labels, sample_weight=work.mask, epochs=FLAGS.epochs + 1, verbose=0,
+                        callbacks=[EpochTimer()])
     print(f"CELL_MS {np.median(times[1:]):.1f}")
+    print(f"CELL_LOSS {history.history['loss'][-1]:.6f}")
     print(f"CELL_FIRST_MS {times[0]:.1f}")
     print(f"CELL_PEAK_MIB {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.1f}")
 

@@ -16,6 +16,8 @@ load's table. A tensor reached with two different indices is loaded twice.
 Attention: a message `edge.softmax(scores) * values` (up to reshapes and
 broadcasting) becomes an attention code, the scores' and the values' code
 side by side, that the kernels reduce with an online softmax, chunk by chunk.
+Other factors of the weights (edge.dropout's mask, an edge row) multiply
+the values: the softmax still normalises the scores alone.
 
 Anything else is refused with the op that stops it, for explain().
 """
@@ -28,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 
 from ngra_tf.compiler.replay import Replay
-from ngra_tf.compiler.trace import Trace, has_rows
+from ngra_tf.compiler.trace import EDGE_ROWS, Trace, has_rows
 from ngra_tf.ops.edge_code import MAX_INSTRUCTIONS, EdgeCode
 
 _UNARY = {"Neg": "neg", "Abs": "abs", "Square": "square", "Sqrt": "sqrt", "Rsqrt": "rsqrt", "Exp": "exp",
@@ -82,9 +84,11 @@ def compile_code(edge: Trace, src_frontier, dst_frontier) -> FusedCode:
     score = -1
     attention = builder.attention(edge.output, everything)
     if attention is not None:
-        (scores, score_index), (values, value_index) = attention
+        (scores, score_index), factors = attention
         score = builder.register(scores, score_index)
-        value = builder.register(values, value_index)
+        value = builder.register(*factors[0])
+        for factor in factors[1:]:
+            value = builder.emit("mul", value, builder.register(*factor))
     else:
         value = builder.register(edge.output, everything)
     return builder.finish(value, score, tuple(feature_shape.as_list()))
@@ -150,7 +154,7 @@ class _Builder:
             raise NotFusable("edge.softmax is used other than as the weights of the message "
                              "(edge.softmax(scores) * values)")
         kind = edge.kind(tensor)
-        if kind == "E" and edge.deps[tensor.name] <= {"data"} and tensor.dtype.is_floating:
+        if kind == "E" and edge.deps[tensor.name] <= EDGE_ROWS and tensor.dtype.is_floating:
             return self.load("edge", tensor, index)
         if kind == "P":
             value = tf.get_static_value(tensor)
@@ -215,15 +219,25 @@ class _Builder:
     # ---- attention ----
 
     def attention(self, output, index):
-        """((scores, index), (values, index)) when the message is edge.softmax(scores) * values, else None."""
-        tensor, index = self._through_order(output, index)
+        """((scores, index), [(values, index), ...]) when the message is edge.softmax(scores) times values (a
+        product: dropout's mask on the weights is one more factor of the values), else None."""
+        found = self._softmax_factor(output, index)
+        if found is None or not found[1]:
+            return None
+        return found
+
+    def _softmax_factor(self, tensor, index):
+        """`tensor` as edge.softmax(scores) * factors: ((scores, index), [(factor, index)]), or None."""
+        tensor, index = self._through_order(tensor, index)
+        if tensor.op.name in self.edge.markers:
+            return (tensor.op.inputs[0], index), []
         if tensor.op.type != "Mul":
             return None
         x, y = tensor.op.inputs
         for weights, values in ((x, y), (y, x)):
-            base, weight_index = self._through_order(weights, _broadcast(weights, tensor, index))
-            if base.op.name in self.edge.markers:
-                return ((base.op.inputs[0], weight_index), (values, _broadcast(values, tensor, index)))
+            found = self._softmax_factor(weights, _broadcast(weights, tensor, index))
+            if found is not None:
+                return found[0], found[1] + [(values, _broadcast(values, tensor, index))]
         return None
 
     def _through_order(self, tensor, index):

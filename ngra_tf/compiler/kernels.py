@@ -53,8 +53,12 @@ class LayerKernels:
         self.program = program
         self.name = program.name
         self.variables = list(variables)
-        # The random ops' state among them (dropout's seed generators), by the tf.Variable's id.
+        # The random ops' state among them (dropout's seed generators), by the tf.Variable's id; those that
+        # edge.dropout reads draw once per pass.
         self._seed_ids = {id(tf_variable(v)) for v in variables if "seed_generator_state" in v.name}
+        self._pass_seed_ids = {id(tf_variable(v)) for v in program.pass_seeds}
+        ids = program.edge.inputs["ids"]
+        self.reads_ids = bool(ids.consumers())  # edge.dropout draws at the edges' ids
         self.edge_replay, self.vertex_replay = Replay(program.edge, variables), Replay(program.vertex, variables)
         self.weights = [v for v in variables if getattr(v, "trainable", True)]
         self.feature_shape, self.dtype = program.accum_spec()
@@ -92,12 +96,18 @@ class LayerKernels:
         bound.weights = [tf_variable(theirs) for mine, theirs in zip(self.variables, variables)
                          if getattr(mine, "trainable", True)]
         bound._seed_ids = {id(replacement[i]) for i in self._seed_ids}
+        bound._pass_seed_ids = {id(replacement[i]) for i in self._pass_seed_ids}
         return bound
 
     def seeds(self, variables) -> list:
         """The seed-generator states among `variables` (from edge_variables(), hoist_variables() or
         vertex_variables())."""
         return [v for v in variables if id(v) in self._seed_ids]
+
+    def per_pass(self, seeds) -> list:
+        """Per seed state of `seeds`: whether it draws once per pass (edge.dropout's: every chunk sees the same
+        state) rather than once per chunk."""
+        return [id(v) in self._pass_seed_ids for v in seeds]
 
     def edge_variables(self) -> list:
         """The variables the edge stage reads (tf.Variables): its weights, and the seeds of random ops in it."""
@@ -186,14 +196,19 @@ class LayerKernels:
     # ---- a chunk ----
 
     def _data_feed(self, chunk):
+        """The chunk's edge rows that the edge stage reads: its edge data, and its edge ids (edge.dropout)."""
         edge = self.program.edge
+        feeds = {}
+        if self.reads_ids:
+            feeds[edge.inputs["ids"].name] = chunk.edge_ids_tensor()
         if "data" not in edge.inputs:
-            return {}
+            return feeds
         data = chunk.edge_data_tensor()
         spec = edge.inputs["data"]
         if data.dtype.is_floating and data.dtype != spec.dtype:
             data = tf.cast(data, spec.dtype)
-        return {spec.name: data}
+        feeds[spec.name] = data
+        return feeds
 
     def _edge_operand(self, chunk):
         fused = self.program.fused

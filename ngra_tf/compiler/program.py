@@ -32,7 +32,7 @@ import tensorflow as tf
 
 from ngra_tf.compiler.edges import TracedEdgeView
 from ngra_tf.compiler.fusion import FusedCode, NotFusable, compile_code
-from ngra_tf.compiler.trace import EDGES, Trace, trace_stage
+from ngra_tf.compiler.trace import EDGE_ROWS, EDGES, Trace, trace_stage
 from ngra_tf.ops import generated
 
 REWRITES = ("hoist", "fuse", "narrow")
@@ -89,6 +89,7 @@ class LayerProgram:
     why_not_fused: str | None
     narrow: object | None  # apply_vertex's leading MatMul op, moved before propagation
     why_not_narrow: str | None
+    pass_seeds: tuple = ()  # seed-generator states edge.dropout reads: one draw per pass, not per chunk
 
     @property
     def chunkable(self) -> bool:
@@ -159,17 +160,19 @@ def _hoisted_ops(trace: Trace, frontier) -> list:
             and trace.kind(op.outputs[0]) != "P"]
 
 
-def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | None, rewrites) -> LayerProgram:
-    """Traces and analyses `layer` for vertex rows like vertex_spec and edge data like data_spec."""
+def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | None, rewrites,
+                  training: bool = False) -> LayerProgram:
+    """Traces and analyses `layer` for vertex rows like vertex_spec and edge data like data_spec (`training`:
+    whether edge.dropout drops)."""
     rewrites = parse_rewrites(rewrites)
-    markers = {}
-    specs = {"src": vertex_spec, "dst": vertex_spec}
+    markers, pass_seeds = {}, []
+    specs = {"src": vertex_spec, "dst": vertex_spec, "ids": tf.TensorSpec([None], tf.int64)}
     if data_spec is not None:
         specs["data"] = data_spec
 
-    def edge_fn(src, dst, data=None):
+    def edge_fn(src, dst, ids, data=None):
         with tf.name_scope("ApplyEdge"):
-            return layer.apply_edge(TracedEdgeView(src, dst, data, markers))
+            return layer.apply_edge(TracedEdgeView(src, dst, data, markers, ids, training, pass_seeds))
 
     edge = trace_stage(edge_fn, specs, markers)
     accum_width = list(edge.output.shape[1:])
@@ -187,16 +190,15 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
             and tuple(layer._reduces) != ("sum",):
         fused, why_not = None, (f"attention fuses with a sum accumulator, and this one is "
                                 f"{'|'.join(layer._reduces)}")
-    known = [t.name for t in src_frontier + dst_frontier]
-    if "data" in edge.inputs:
-        known.append(edge.inputs["data"].name)
+    known = [t.name for t in src_frontier + dst_frontier] + [edge.inputs[name].name for name in EDGE_ROWS
+                                                             if name in edge.inputs]
     edge_ops = [] if fused is not None else [
         op for op in edge.ops_between(known, [edge.output])
         if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity")]
     narrow, why_not_narrow = _match_narrow(edge, vertex, fused, tuple(layer._reduces), "narrow" in rewrites)
     vertex_frontier = _frontier(vertex, {"V"}, hoist)
     return LayerProgram(layer.name, tuple(layer._reduces), rewrites, edge, vertex, src_frontier, dst_frontier,
-                        vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow)
+                        vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow, tuple(pass_seeds))
 
 
 def _frontier(trace: Trace, kinds, hoist: bool):
@@ -259,7 +261,7 @@ def _match_fused(edge: Trace, src_frontier, dst_frontier):
         return t.name in dst_names
 
     def is_edge_data(t):
-        return edge.kind(t) == "E" and edge.deps[t.name] <= {"data"}
+        return edge.kind(t) == "E" and edge.deps[t.name] <= EDGE_ROWS
 
     def same_features(*tensors):
         shapes = [t.shape[1:] for t in tensors]

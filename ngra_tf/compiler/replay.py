@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import functools
 import inspect
+import re
 
 import tensorflow as tf
 from absl import logging
 
 from ngra_tf.compiler.trace import Trace
+from ngra_tf.ops._loader import library
 
 _SIDE_EFFECTS = frozenset({"AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp"})
 
@@ -122,10 +124,9 @@ class Replay:
         for attr in op_def.attr:
             if attr.name not in inferred:
                 kwargs[attr.name] = op.get_attr(attr.name)
-        try:
-            raw = getattr(tf.raw_ops, op.type)
-        except AttributeError:
-            raise ValueError(f"cannot re-run {op.name}: {op.type} has no tf.raw_ops wrapper") from None
+        raw = getattr(tf.raw_ops, op.type, None) or _own_op(op.type)
+        if raw is None:
+            raise ValueError(f"cannot re-run {op.name}: {op.type} has no tf.raw_ops wrapper")
         result = raw(**_python_names(raw, kwargs), name=op.name.rsplit("/", 1)[-1])
         if result is None or isinstance(result, tf.Operation):
             return []
@@ -162,6 +163,12 @@ def densified(value):
 @functools.lru_cache(maxsize=None)
 def _parameters(raw):
     return tuple(name for name in inspect.signature(raw).parameters if name != "name")
+
+
+def _own_op(op_type):
+    """The op library's Python wrapper of one of our ops (NgraUniformAt -> ngra_uniform_at), or None."""
+    lib = library() if op_type.startswith("Ngra") else None
+    return None if lib is None else getattr(lib, re.sub(r"(?<!^)(?=[A-Z])", "_", op_type).lower(), None)
 
 
 def _python_names(raw, kwargs):

@@ -8,7 +8,7 @@ on, and from that its *kind* (NGra §3.2; Seastar §5.1 states the rules):
     P   depends on no input: parameters and constants
     S   only on edge.src            (V: only on the vertex, in apply_vertex)
     D   only on edge.dst
-    E   anything else: edge data, both endpoints, the edge set itself
+    E   anything else: edge data, edge ids, both endpoints, the edge set itself
 
 Only *row-wise* ops keep row r of the output a function of row r of the
 inputs (element-wise math, matmul by a parameter, reshapes that keep the
@@ -27,6 +27,7 @@ import numpy as np
 import tensorflow as tf
 
 EDGES = "edges"  # the pseudo-input "the set of rows itself" (counts, softmax groups)
+EDGE_ROWS = frozenset({"data", "ids"})  # inputs a chunk carries per edge: a tensor of them alone is an edge row
 
 # Ops whose output row r reads only row r of every input with rows (numpy
 # broadcasting, rows never mixed), given that inputs without rows broadcast.
@@ -64,6 +65,8 @@ def row_wise_problem(op) -> str | None:
     rows_in = [has_rows(t) for t in op.inputs]
     out = op.outputs[0] if op.outputs else None
     if kind in _SHAPE_OPS or kind.startswith(("StatelessRandom", "Random")) or kind in ("Fill", "NoOp"):
+        return None
+    if kind in ("NgraUniformAt", "NgraDropoutMask"):  # row r draws at row r's positions / id (edge.dropout)
         return None
     if kind in _ELEMENTWISE or kind in ("Softmax", "LogSoftmax"):
         rank = out.shape.rank

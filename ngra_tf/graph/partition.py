@@ -40,20 +40,29 @@ class Chunk:
         """edge_data (the chunk's CSC order) as a TF tensor, made once (eagerly), or None."""
         return cached_tensor(self, "_edge_data_tensor", self.edge_data)
 
+    def edge_ids_tensor(self):
+        """edge_ids (int64, the chunk's CSC order) as a TF tensor, made once (eagerly)."""
+        return cached_tensor(self, "_edge_ids_tensor", self.edge_ids.astype(np.int64, copy=False))
+
     def __repr__(self):
         return f"Chunk({self.src_part}, {self.dst_part}, num_edges={self.num_edges})"
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class LoadedChunk:
-    """A chunk as a compiled loop holds it in one iteration: its arrays as tensors (LoadedAdjacency) and
-    its edge data (a tensor, in its CSC order, or None)."""
+    """A chunk as a compiled loop holds it in one iteration: its arrays as tensors (LoadedAdjacency), its edge
+    data (a tensor, in its CSC order, or None) and how to read its edge ids (`ids()`: only layers that draw per
+    edge read them, so a source reads them when asked, in the iteration that asks)."""
 
     adjacency: LoadedAdjacency
     edge_data: object = None
+    ids: object = None  # () -> int64 tensor [num_edges]
 
     def edge_data_tensor(self):
         return self.edge_data
+
+    def edge_ids_tensor(self):
+        return self.ids()
 
 
 def chunk_from_edges(src_part: int, dst_part: int, local_src: np.ndarray, local_dst: np.ndarray, num_src: int,

@@ -9,9 +9,10 @@ averages them, for an output layer) and adds the bias.
 Compiled, the transforms and the per-head scores are hoisted (once per
 vertex) and the rest fuses into attention with an online softmax: a
 destination's normalisation runs chunk by chunk through the kernels' init,
-with no per-edge tensor. attention_dropout draws per edge, which is not
-element-wise, so while training with it the softmax runs over whole columns
-instead (explain() says which).
+with no per-edge tensor. attention_dropout (edge.dropout) draws each weight
+at its edge's id and head, so it is a mask the fused kernels load with the
+edge, the same whatever the chunking, and dropout on the whole [edges,
+heads] tensor of weights in the user's order.
 """
 
 import keras
@@ -36,7 +37,9 @@ class GAT(SAGALayer):
         self.negative_slope = float(negative_slope)
         self.kernel_initializer = keras.initializers.get(kernel_initializer)
         self.kernel_regularizer = keras.regularizers.get(kernel_regularizer)
-        self.dropout = keras.layers.Dropout(self.attention_dropout, dtype=self.dtype_policy)
+        if not 0 <= self.attention_dropout < 1:
+            raise ValueError(f"attention_dropout must be in [0, 1), got {attention_dropout}")
+        self.attention_seed = keras.random.SeedGenerator(name="attention_seed")
 
     def build(self, input_shape):
         def weight(name, shape):
@@ -56,7 +59,8 @@ class GAT(SAGALayer):
     def apply_edge(self, edge):
         z_src, z_dst = self._heads(edge.src), self._heads(edge.dst)
         scores = tf.reduce_sum(z_src * self.attention_src, -1) + tf.reduce_sum(z_dst * self.attention_dst, -1)
-        alpha = self.dropout(edge.softmax(tf.nn.leaky_relu(scores, self.negative_slope)))  # [E, heads]
+        alpha = edge.softmax(tf.nn.leaky_relu(scores, self.negative_slope))  # [E, heads]
+        alpha = edge.dropout(alpha, self.attention_dropout, self.attention_seed)
         return tf.reshape(alpha[:, :, None] * z_src, [-1, self.heads * self.units])
 
     def apply_vertex(self, vertex, accum):

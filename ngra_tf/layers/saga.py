@@ -19,11 +19,12 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from ngra_tf.compiler.edges import NO_EDGE_DATA
+from ngra_tf.compiler.edges import NO_EDGE_DATA, check_dropout
 from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
 from ngra_tf.graph.partition import Partition
 from ngra_tf.keras_compat import in_symbolic_build, training_context
 from ngra_tf.ops import propagation
+from ngra_tf.ops.random import dropout_rows, dropout_seed
 from ngra_tf.ops.softmax import edge_softmax
 from ngra_tf.runtime.executor import Executor
 from ngra_tf.runtime.residency import InMemory
@@ -52,15 +53,17 @@ class EdgeView:
 
     `src` and `dst` are the features of each edge's endpoints (scattered on
     first use), `data` is the graph's edge data (float data cast to the
-    vertices' dtype), and `softmax(scores)`
-    normalises per-edge scores over each destination's in-edges.
+    vertices' dtype), `ids` each edge's position in the user's order,
+    `softmax(scores)` normalises per-edge scores over each destination's
+    in-edges, and `dropout(values, rate, seed)` drops per edge while training.
     """
 
-    def __init__(self, graph, vertex):
+    def __init__(self, graph, vertex, training=False):
         self.graph = graph
         self.adjacency = graph.adjacency  # what the ops run on: stored order, like stored_edge_data
         self._vertex = vertex
         self._src = self._dst = None
+        self._training = bool(training)
 
     @property
     def src(self):
@@ -92,9 +95,22 @@ class EdgeView:
     def num_edges(self):
         return self.graph.num_edges
 
+    @property
+    def ids(self):
+        """Each edge's position in the user's order (int64)."""
+        return tf.constant(self.graph.edge_order, tf.int64)
+
     def softmax(self, scores):
         """softmax of per-edge scores over each destination's in-edges."""
         return edge_softmax(self.adjacency, scores)
+
+    def dropout(self, values, rate, seed):
+        """keras.random.dropout of per-edge rows while training (with `seed`, a keras.random.SeedGenerator),
+        drawn at each edge's id: what dropout on the whole [num_edges, ...] tensor in the user's order drops."""
+        rate = check_dropout(rate, seed)
+        if not self._training or rate == 0:
+            return values
+        return dropout_rows(values, rate, dropout_seed(seed.next()), self.ids)
 
 
 def _whole(graph):
@@ -192,7 +208,7 @@ class SAGALayer(keras.layers.Layer):
             if not self._probed:
                 self.compute_output_shape(tuple(inputs.shape))  # builds sublayers, eagerly
             with training_context(self, training):
-                self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites)
+                self._programs[key] = compile_layer(self, vertex_spec, data_spec, rewrites, bool(training))
         self.program = self._programs[key]
         return self.program
 

@@ -322,9 +322,14 @@ def _backward(p: _Program, side: int, name: str) -> list:
     def target(reg):
         return f"ae{reg}[j]" if p.per_edge[reg] else f"g{reg}"
 
+    if softmax:  # the edge's weight, once for both seeds (per edge when the score is)
+        at = (lines.index("  for (int64_t j = 0; j < n; ++j) {") if p.per_edge[c.score] else len(lines))
+        lines.insert(at, ("  const T w = seed.Weight(0, " if p.per_edge[c.score] else "    const T w = seed.Weight(j, ")
+                     + f"{z});")
     for reg, kind in seeds:
         if adjoint[reg]:
-            lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});")
+            lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});" if not softmax else
+                         f"    {target(reg)} += seed.Weighted{kind}(j, w{', ' + x if kind == 'Score' else ''});")
     for i in range(len(p.ins) - 1, -1, -1):
         if adjoint[i] and not p.per_edge[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
             lines += _adjoint_step(p, i, adjoint, target, "    ")

@@ -9,24 +9,58 @@ dense dropout drops there (ngra_tf.layers.Dropout). Without the compiled
 library the reference draws every position up to the largest and gathers.
 """
 
+import numpy as np
 import tensorflow as tf
 
 from ngra_tf.ops._loader import library
+
+tf.no_gradient("NgraUniformAt")
+tf.no_gradient("NgraDropoutMask")
 
 DTYPES = (tf.float16, tf.bfloat16, tf.float32, tf.float64)
 
 
 def uniform_at(seed, positions, dtype=tf.float32):
-    """[len(positions)] values in [0, 1): those of stateless_uniform(shape, seed, dtype) at these flat positions.
+    """Values in [0, 1) shaped like `positions`: those of stateless_uniform(shape, seed, dtype) at these flat
+    positions.
 
-    seed: shape [2], int32 or int64, as stateless_uniform takes it; positions: int64 >= 0."""
+    seed: shape [2], int32 or int64, as stateless_uniform takes it; positions: int64 >= 0, any shape."""
     dtype = tf.as_dtype(dtype)
     if dtype not in DTYPES:
         raise ValueError(f"uniform_at: dtype must be one of {', '.join(d.name for d in DTYPES)}, got {dtype.name}")
     positions = tf.convert_to_tensor(positions, tf.int64)
     lib = library()
     if lib is None:
-        size = tf.reduce_max(tf.concat([positions + 1, [0]], 0))
+        size = tf.reduce_max(tf.concat([tf.reshape(positions, [-1]) + 1, [0]], 0))
         return tf.gather(tf.random.stateless_uniform([size], seed, dtype=dtype), positions)
     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)  # as stateless_uniform derives them
     return lib.ngra_uniform_at(key, counter, positions, dtype=dtype)
+
+
+def dropout_seed(state):
+    """keras's int32 seed from a SeedGenerator state: what keras.random.dropout draws with (keras casts by a
+    floormod, a no-op below 2**31 - 2, where its seeds and counters stay)."""
+    return tf.cast(tf.math.floormod(state, tf.int32.max - 1), tf.int32)
+
+
+def dropout_rows(values, rate: float, seed, ids):
+    """Dropout on rows `values` [n, ...] that are rows `ids` [n] of a larger tensor: what
+    keras.random.dropout(whole, rate, seed) does to those rows (kept entries scaled by 1 / (1 - rate)).
+
+    The mask is drawn at the rows' flat positions in the whole tensor, so a row drops the same entries whichever
+    rows come with it. It is a multiplier (0 or the scale), which edge code loads like edge data."""
+    dtype, row_shape = values.dtype, values.shape[1:].as_list()
+    width = int(np.prod(row_shape, dtype=np.int64))
+    if width == 0:
+        return values
+    ids = tf.cast(ids, tf.int64)
+    # (rate and scale made in the values' dtype, as tf.nn.experimental.stateless_dropout makes them)
+    rate_t, scale = tf.constant(rate, dtype), tf.constant(1 / (1 - rate), dtype)
+    lib = library()
+    if lib is None:
+        positions = ids[:, None] * width + tf.range(width, dtype=tf.int64)[None]
+        mask = tf.where(uniform_at(seed, positions, dtype) >= rate_t, scale, tf.constant(0, dtype))
+    else:
+        key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+        mask = lib.ngra_dropout_mask(key, counter, ids, rate_t, scale, width=width)
+    return values * tf.reshape(mask, [-1] + row_shape)

@@ -325,7 +325,8 @@ class BlockedStage:
             move = copy_h2d if copies else (lambda value: value)
             src = {key: move(value) for key, value in src.items()}
             loaded = LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(move(a) for a in arrays))),
-                                 None if host.edge_data is None else move(host.edge_data))
+                                 None if host.edge_data is None else move(host.edge_data),
+                                 lambda: move(host.edge_ids_tensor()))
             return loaded, src
 
         return select

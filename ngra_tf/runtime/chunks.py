@@ -52,6 +52,8 @@ class PackedChunks:
                 arrays = [np.zeros((0,) + sample.shape[1:], sample.dtype) if d is None else d for d in data]
                 self.lists["edge_data"] = _tensor_list(arrays, tf.as_dtype(sample.dtype))
         self.index_dtype = tf.as_dtype(index_dtype)
+        self._partition, self._wanted, self._device = partition, wanted, device
+        self._ids = None  # the edge ids' list, packed when a layer first reads them
         self._row_shapes = {name: [None] for name in INDEX_ARRAYS}
         if has_data:
             self._row_shapes["edge_data"] = [None] + list(partition.chunk(0, 0).edge_data.shape[1:])
@@ -65,7 +67,20 @@ class PackedChunks:
             value.set_shape(self._row_shapes[name])
             arrays[name] = value
         return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
-                           arrays.get("edge_data"))
+                           arrays.get("edge_data"), lambda: self._edge_ids(k))
+
+    def _edge_ids(self, k):
+        if self._ids is None:
+            P = self._partition.num_parts
+            ids = [self._partition.chunk(c // P, c % P).edge_ids.astype(np.int64) if c in self._wanted
+                   else np.zeros(0, np.int64) for c in range(P * P)]
+            with tf.init_scope(), tf.device(self._device or "/cpu:0"):
+                self._ids = _tensor_list(ids, tf.int64)
+        dtype, handle = self._ids
+        value = tf.raw_ops.TensorListGetItem(input_handle=handle, index=tf.cast(k, tf.int32),
+                                             element_shape=tf.constant(-1, tf.int32), element_dtype=dtype)
+        value.set_shape([None])
+        return value
 
 
 def _tensor_list(arrays, dtype):

@@ -21,7 +21,9 @@ to the elements it won, so chunks are differentiated independently and in
 any order. Random ops in the edge stage (dropout) draw, for chunk k, from
 the layer's seed states + [0, k] (`set_seeds`), so every evaluation of a
 chunk -- in forward passes, over any lane, in backward -- draws the same
-numbers, whatever order chunks run in.
+numbers, whatever order chunks run in. edge.dropout's states stay at their
+base for every chunk (it draws at the edges' ids, so the chunking does not
+matter) and move on by one per pass, as keras's next() does.
 """
 
 from __future__ import annotations
@@ -76,12 +78,14 @@ class ChunkLoops:
         self.forward_steps, self.backward_steps = plan.forward_steps, plan.backward_steps
         self.degree = plan.degree  # in interval order: mean divides by it, max / min start where it is > 0
         self.seeds = list(seeds)  # seed-generator state variables the edge stage reads
+        self.per_pass = kernels.per_pass(self.seeds)  # ... and which of them draw once per pass (edge.dropout)
 
     def bind(self, kernels) -> "ChunkLoops":
         """These loops over `kernels` (the same program bound to other variables: LayerKernels.bind)."""
         bound = copy.copy(self)
         bound.kernels = kernels
         bound.seeds = kernels.seeds(kernels.edge_variables())
+        bound.per_pass = kernels.per_pass(bound.seeds)
         return bound
 
     def for_columns(self, columns) -> "ChunkLoops":
@@ -213,11 +217,11 @@ class ChunkLoops:
         return tuple(v.read_value() for v in self.seeds)
 
     def seed_chunk(self, bases, c):
-        set_seeds(self.seeds, bases, c)
+        set_seeds(self.seeds, bases, [0 if once else c for once in self.per_pass])
 
     def seed_end(self, bases):
-        """The seed states as the forward leaves them: past every chunk id."""
-        set_seeds(self.seeds, bases, self.num_parts * self.num_parts)
+        """The seed states as the forward leaves them: past every chunk id (per-pass states: past this pass)."""
+        set_seeds(self.seeds, bases, [1 if once else self.num_parts * self.num_parts for once in self.per_pass])
 
     # ---- backward ----
 
@@ -294,10 +298,11 @@ def backward_aux(kernels, columns, i, j, index_dtype) -> list:
 
 
 def set_seeds(variables, bases, k):
-    """Sets each seed-generator state to its base + [0, k]: the k-th step's draws, whatever the order steps run in
-    (and the same when a step runs again in backward)."""
-    for variable, base in zip(variables, bases):
-        variable.assign(base + tf.cast(tf.stack([0, k]), base.dtype))
+    """Sets each seed-generator state to its base + [0, k] (k: one for all, or one per variable): the k-th step's
+    draws, whatever the order steps run in (and the same when a step runs again in backward)."""
+    offsets = k if isinstance(k, (list, tuple)) else [k] * len(variables)
+    for variable, base, offset in zip(variables, bases, offsets):
+        variable.assign(base + tf.cast(tf.stack([0, offset]), base.dtype))
 
 
 def _interval(values, bounds, part):

@@ -221,7 +221,12 @@ def _copied(loaded, lane, copy):
     with on_lane(lane):
         tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
         data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
-    return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data)
+
+    def ids():
+        with on_lane(lane):
+            return copy_h2d(loaded.edge_ids_tensor())
+
+    return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*tensors)), data, ids)
 
 
 def on_lane(lane):

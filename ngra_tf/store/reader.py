@@ -124,6 +124,7 @@ class StoreReader:
                              "convert it again")
         self.index_dtype = tf.as_dtype(dtypes.pop())
         self.arrays = tuple(self._chunks)  # a chunk's arrays, in the order of their cache keys
+        self._ids = None
         self._vertex = {name: _Table(store, [layout.vertex(name, p) for p in range(P)]) for name in vertex_names
                         if not store.is_sparse(name)}
         # A CSR array: its indptr, indices and values, each a table over the intervals.
@@ -144,7 +145,14 @@ class StoreReader:
                                    after=after)
                   for a, (name, table) in enumerate(self._chunks.items())}
         return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
-                           arrays.get("edge_data"))
+                           arrays.get("edge_data"), lambda: self._edge_ids().read(k))
+
+    def _edge_ids(self) -> _Table:
+        """The chunks' edge ids (read uncached, and verified, only when a layer draws per edge)."""
+        if self._ids is None:
+            P, layout = self.store.num_parts, self.store._layout
+            self._ids = _Table(self.store, [layout.chunk(k // P, k % P, ("edge_ids",))[0] for k in range(P * P)])
+        return self._ids
 
     def row_shape(self, name) -> tuple:
         """The shape of a row (after the edge axis) of chunk array `name`."""

@@ -4,7 +4,12 @@
 // exactly what dense dropout with the same seed drops there, so training
 // does not change with how the features are held.
 //
-// It is TensorFlow's own generator, not a copy of it: StatelessRandomUniformV2
+// NgraDropoutMask: the multiplier keras.random.dropout puts on rows `ids` of
+// a [*, width] tensor (scale where kept, 0 where dropped), in one pass: the
+// mask of edge.dropout, drawn at each edge's id, recomputed in every pass
+// rather than kept.
+//
+// Both are TensorFlow's own generator, not a copy of it: StatelessRandomUniformV2
 // (Philox, as "auto_select" picks on every device) fills a tensor in groups,
 // group g being UniformDistribution(Philox(counter + g, key)), so element p
 // is lane p % n of group p / n, n values to a group (4 for float32, 2 for
@@ -12,6 +17,7 @@
 // stateless_uniform's do.
 #include <atomic>
 #include <cstdint>
+#include <limits>
 
 #include "ops/cc/op_util.h"
 #include "tensorflow/core/framework/op.h"
@@ -26,7 +32,6 @@ namespace ngra {
 
 using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
-using ::tensorflow::TensorShape;
 using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 using ::tensorflow::random::PhiloxRandom;
@@ -38,18 +43,64 @@ REGISTER_OP("NgraUniformAt")
     .Output("output: dtype")
     .Attr("dtype: {half, bfloat16, float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle unused, positions;
+      ShapeHandle unused;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
       TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &positions));
-      c->set_output(0, positions);
+      c->set_output(0, c->input(2));
       return absl::OkStatus();
     })
     .Doc(R"doc(
-output[i]: the value tf.random.stateless_uniform(shape, seed, dtype) has at flat
-position positions[i] of any shape that holds it (it does not depend on the
-shape). key [1] and counter [2]: StatelessRandomGetKeyCounter(seed).
+output[...]: the value tf.random.stateless_uniform(shape, seed, dtype) has at
+flat position positions[...] of any shape that holds it (it does not depend on
+the shape); output has the positions' shape. key [1] and counter [2]:
+StatelessRandomGetKeyCounter(seed).
 )doc");
+
+// The generator StatelessRandomUniformV2 starts from, made from an op's key (input 0) and counter (input 1):
+// false (the error set) when they are not StatelessRandomGetKeyCounter's shapes.
+bool PhiloxFromInputs(OpKernelContext* ctx, PhiloxRandom* base) {
+  const Tensor& key = ctx->input(0);
+  const Tensor& counter = ctx->input(1);
+  if (key.NumElements() != 1) {
+    ctx->CtxFailure(InvalidArgument("key must hold 1 uint64 (StatelessRandomGetKeyCounter's), got shape ",
+                                    ShapeOf(key)));
+    return false;
+  }
+  if (counter.NumElements() != 2) {
+    ctx->CtxFailure(InvalidArgument("counter must hold 2 uint64 (StatelessRandomGetKeyCounter's), got shape ",
+                                    ShapeOf(counter)));
+    return false;
+  }
+  *base = ::tensorflow::GetPhiloxRandomFromCounterKeyMem(counter.flat<::tensorflow::uint64>().data(),
+                                                         key.flat<::tensorflow::uint64>().data());
+  return true;
+}
+
+// stateless_uniform's value at flat position p: group p / n of the generator, lane p % n. A run of positions in
+// one group (sorted positions, a row's features) draws it once.
+template <typename T>
+class UniformDraws {
+ public:
+  explicit UniformDraws(const PhiloxRandom& base) : base_(base) {}
+
+  T At(uint64_t p) {
+    if (p / kGroup != group_) {
+      group_ = p / kGroup;
+      PhiloxRandom generator = base_;
+      generator.Skip(group_);
+      values_ = uniform_(&generator);
+    }
+    return values_[p % kGroup];
+  }
+
+ private:
+  using Uniform = ::tensorflow::random::UniformDistribution<PhiloxRandom, T>;
+  static constexpr uint64_t kGroup = Uniform::kResultElementCount;
+  const PhiloxRandom base_;
+  Uniform uniform_;
+  typename Uniform::ResultType values_;
+  uint64_t group_ = ~uint64_t{0};
+};
 
 template <typename T>
 class UniformAtOp : public OpKernel {
@@ -57,41 +108,23 @@ class UniformAtOp : public OpKernel {
   explicit UniformAtOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
 
   void Compute(OpKernelContext* ctx) override {
-    const Tensor& key = ctx->input(0);
-    const Tensor& counter = ctx->input(1);
+    PhiloxRandom base;
+    if (!PhiloxFromInputs(ctx, &base)) return;
     const Tensor& positions = ctx->input(2);
-    OP_REQUIRES(ctx, key.NumElements() == 1,
-                InvalidArgument("key must hold 1 uint64 (StatelessRandomGetKeyCounter's), got shape ", ShapeOf(key)));
-    OP_REQUIRES(ctx, counter.NumElements() == 2,
-                InvalidArgument("counter must hold 2 uint64 (StatelessRandomGetKeyCounter's), got shape ",
-                                ShapeOf(counter)));
     const auto p = positions.flat<int64_t>();
     const int64_t n = p.size();
     Tensor* output = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({n}), &output));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, positions.shape(), &output));
     auto out = output->flat<T>();
-
-    using Uniform = ::tensorflow::random::UniformDistribution<PhiloxRandom, T>;
-    constexpr int64_t kGroup = Uniform::kResultElementCount;
-    const PhiloxRandom base = ::tensorflow::GetPhiloxRandomFromCounterKeyMem(
-        counter.flat<::tensorflow::uint64>().data(), key.flat<::tensorflow::uint64>().data());
     std::atomic<int64_t> negative{-1};
     ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
-      Uniform uniform;
-      typename Uniform::ResultType values;
-      int64_t group = -1;  // the group `values` holds: sorted positions often share one
+      UniformDraws<T> draws(base);
       for (int64_t i = begin; i < end; ++i) {
         if (p(i) < 0) {
           negative.store(i);
           continue;
         }
-        if (p(i) / kGroup != group) {
-          group = p(i) / kGroup;
-          PhiloxRandom generator = base;
-          generator.Skip(static_cast<uint64_t>(group));
-          values = uniform(&generator);
-        }
-        out(i) = values[p(i) % kGroup];
+        out(i) = draws.At(static_cast<uint64_t>(p(i)));
       }
     });
     const int64_t bad = negative.load();
@@ -99,9 +132,77 @@ class UniformAtOp : public OpKernel {
   }
 };
 
-#define REGISTER(T) \
-  REGISTER_KERNEL_BUILDER(Name("NgraUniformAt").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"), \
-                          UniformAtOp<T>)
+REGISTER_OP("NgraDropoutMask")
+    .Input("key: uint64")
+    .Input("counter: uint64")
+    .Input("ids: int64")
+    .Input("rate: dtype")
+    .Input("scale: dtype")
+    .Output("mask: dtype")
+    .Attr("width: int >= 1")
+    .Attr("dtype: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused, ids;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &ids));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      int64_t width;
+      TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
+      c->set_output(0, c->Matrix(c->Dim(ids, 0), width));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+mask[i, f] = scale where stateless_uniform(shape, seed, dtype) at flat position
+ids[i] * width + f is >= rate, else 0: what tf.nn.experimental.stateless_dropout
+multiplies row ids[i] of a [*, width] tensor by (rate and scale made in dtype,
+as it makes them). key [1] and counter [2]: StatelessRandomGetKeyCounter(seed).
+)doc");
+
+template <typename T>
+class DropoutMaskOp : public OpKernel {
+ public:
+  explicit DropoutMaskOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ctx->GetAttr("width", &width_));
+  }
+
+  void Compute(OpKernelContext* ctx) override {
+    PhiloxRandom base;
+    if (!PhiloxFromInputs(ctx, &base)) return;
+    const auto ids = ctx->input(2).flat<int64_t>();
+    const T rate = ctx->input(3).scalar<T>()(), scale = ctx->input(4).scalar<T>()();
+    const int64_t n = ids.size(), width = width_;
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ::tensorflow::TensorShape({n, width}), &output));
+    T* out = output->flat<T>().data();
+    const int64_t largest = (std::numeric_limits<int64_t>::max() - width) / width;  // ids * width fits below it
+    std::atomic<int64_t> negative{-1};
+    ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
+      UniformDraws<T> draws(base);
+      for (int64_t i = begin; i < end; ++i) {
+        if (ids(i) < 0 || ids(i) > largest) {
+          negative.store(i);
+          continue;
+        }
+        const uint64_t first = static_cast<uint64_t>(ids(i)) * width;
+        for (int64_t f = 0; f < width; ++f) out[i * width + f] = draws.At(first + f) >= rate ? scale : T(0);
+      }
+    });
+    const int64_t bad = negative.load();
+    OP_REQUIRES(ctx, bad < 0, InvalidArgument("ids must be >= 0 and ids * width must fit in int64, got ids[", bad,
+                                              "] = ", ids(bad), " with width ", width));
+  }
+
+ private:
+  int64_t width_ = 1;
+};
+
+#define REGISTER(T)                                                                                         \
+  REGISTER_KERNEL_BUILDER(Name("NgraUniformAt").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"),   \
+                          UniformAtOp<T>);                                                                    \
+  REGISTER_KERNEL_BUILDER(Name("NgraDropoutMask").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"), \
+                          DropoutMaskOp<T>)
 REGISTER(Eigen::half);
 REGISTER(Eigen::bfloat16);
 REGISTER(float);

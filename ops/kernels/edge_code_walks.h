@@ -179,6 +179,11 @@ struct CodeSeed {
       }
     }
     T Score(int64_t j, T z, T x) const { return SoftmaxWeight(z, m[j]) * (g[j] * x + d_sum[j]); }
+    // Softmax, with the edge's weight w = Weight(j, z) computed once for both seeds (once per edge when the
+    // score is: then the maximum is the same at every feature too).
+    T Weight(int64_t j, T z) const { return SoftmaxWeight(z, m[j]); }
+    T WeightedValue(int64_t j, T w) const { return w * g[j]; }
+    T WeightedScore(int64_t j, T w, T x) const { return w * (g[j] * x + d_sum[j]); }
   };
   AtEdge At(int64_t v, Index e, int64_t f0) const {
     if constexpr (S == Seed::kSoftmax) {
@@ -332,6 +337,24 @@ void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_sr
 
 // ---- Forward: the online softmax (state rows [acc | sum | m], 3 * width) ----
 
+// SoftmaxStep at n features, without branches so that it vectorises: an exponential per feature (as cheap, in
+// vector lanes, as finding the runs of a score per head), the same coefficients as SoftmaxCoefficients.
+template <typename T>
+inline void SoftmaxSteps(const T* __restrict z, const T* __restrict x, int64_t n, T* __restrict acc,
+                         T* __restrict sum, T* __restrict m) {
+  for (int64_t j = 0; j < n; ++j) {
+    const T zj = z[j], mj = m[j];
+    const bool up = zj > mj;
+    const T e = MathExp(up ? mj - zj : zj - mj);  // NaN where both are -inf: `add` is then 0
+    const bool nan = zj != zj;
+    const T keep = nan ? zj : (up ? e : T(1));
+    const T add = nan ? zj : (up ? T(1) : (zj > T(-INFINITY) ? e : T(0)));
+    sum[j] = sum[j] * keep + add;
+    acc[j] = acc[j] * keep + add * x[j];
+    m[j] = up ? zj : mj;
+  }
+}
+
 template <typename T, typename Index, typename Code = Interpreted<T>>
 void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first, int64_t last, T* out,
                  const T* init) {
@@ -352,21 +375,7 @@ void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first
       }
       for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
         code.Forward(csc.Row(k), v, csc.Edge(k), f0, n, regs);
-        const T* z = regs->value[p.score];
-        const T* x = regs->value[p.value];
-        // SoftmaxStep, with its coefficients computed once per run of equal (score, maximum): a score per
-        // head is broadcast over the head's features, which sit side by side.
-        T last_z = T(NAN), last_m = T(NAN), keep = T(1), add = T(0), top = T(0);
-        for (int64_t j = 0; j < n; ++j) {
-          if (!(z[j] == last_z && m[j] == last_m)) {
-            last_z = z[j];
-            last_m = m[j];
-            SoftmaxCoefficients(z[j], m[j], keep, add, top);
-          }
-          sum[j] = sum[j] * keep + add;
-          acc[j] = acc[j] * keep + add * x[j];
-          m[j] = top;
-        }
+        SoftmaxSteps(regs->value[p.score], regs->value[p.value], n, acc, sum, m);
       }
       for (int64_t j = 0; j < n; ++j) {
         row[f0 + j] = acc[j];

@@ -78,13 +78,16 @@ def test_explain_reports_gat_as_fused_attention():
     assert "edge stage: 0 ops per edge, 0 matmuls" in text
 
 
-def test_explain_says_why_attention_with_dropout_is_not_fused():
-    """Dropout on the attention weights draws per edge: not element-wise, so the column-wide softmax runs."""
+def test_attention_with_dropout_fuses():
+    """edge.dropout draws at the edges' ids: a mask loaded with the edge (E0) that multiplies the values, while the
+    softmax still normalises the scores alone."""
     graph, x = cc.graph_for("gat"), cc.features()
     layer = ngra_tf.layers.GAT(3, heads=2, attention_dropout=0.5)
     layer(x, graph=graph)
     text = "\n".join(layer.compiled(x, graph, training=True).describe())
-    assert "fused: no, the edge stage computes SelectV2 (ApplyEdge/dropout" in text, text
+    assert "fused: yes, attention (online softmax): softmax(leaky_relu((S0 + D0), 0.2)) * (E0 * S1)" in text, text
+    assert "ids:E" in text and "NgraDropoutMask:E" in text
+    assert "ids:E" not in "\n".join(layer.compiled(x, graph, training=False).describe())  # no draw, no ids
 
 
 def test_explain_with_rewrites_off():

@@ -168,7 +168,9 @@ def test_ggnn_matches_an_independent_keras_gru_cell():
 # ---- GAT: alpha_e = softmax over in-edges of LeakyReLU(a_s . z_u + a_d . z_v); h_v = act(sum alpha z_u + b) ----
 
 
-def gat_reference(layer, edges):
+def gat_reference(layer, edges, dropped=None):
+    """GAT as dense formulas over the edges in the user's order; `dropped` [E, H]: keras's dropout of ones,
+    multiplying the attention weights."""
     S, D = edges.src_incidence(), edges.dst_incidence()
     heads, units = layer.heads, layer.units
     mask = (D > 0)[:, :, None]  # [N, E, 1]: which edges enter each vertex
@@ -180,6 +182,8 @@ def gat_reference(layer, edges):
         score_dst = tf.reduce_sum(z * layer.attention_dst, -1)  # [N, H]
         scores = tf.nn.leaky_relu(score_dst[:, None, :] + score_src[None, :, :], layer.negative_slope)  # [N, E, H]
         alpha = lc.masked_softmax(scores, tf.broadcast_to(mask, scores.shape), axis=1)
+        if dropped is not None:
+            alpha = alpha * dropped[None]
         out = tf.einsum("neh,ehu->nhu", alpha, z_src)
         out = tf.reshape(out, [-1, heads * units]) if layer.concat_heads else tf.reduce_mean(out, axis=1)
         return layer.activation(out + layer.bias)
@@ -206,6 +210,58 @@ def test_gat_attention_dropout_only_in_training():
     keras.utils.set_random_seed(0)
     dropped = layer(x, graph=edges.graph, training=True).numpy()
     assert not np.allclose(dropped, want)
+
+
+def keras_dropout_of_ones(state, shape, rate, dtype):
+    """What keras.random.dropout drops (scaled ones, 0 where dropped) with a generator in `state`."""
+    generator = keras.random.SeedGenerator()
+    generator.state.assign(state)
+    return keras.random.dropout(tf.ones(shape, dtype), rate, seed=generator)
+
+
+@pytest.mark.parametrize("chunks, rewrites", [(1, True), (3, True), (2, ["hoist"])], ids=["P1", "P3", "P2-unfused"])
+def test_gat_attention_dropout_is_keras_dropout_of_the_weights(chunks, rewrites):
+    """Training, the weights are dropped as keras.random.dropout drops the whole [edges, heads] tensor of them in
+    the user's order with the layer's generator: the same whatever the chunking or the rewrites (fused or not);
+    gradients too. Each training call moves the generator on by one draw."""
+    edges = lc.random_edges(seed=8, data=None)
+    x = lc.features(edges.num_vertices, WIDTH)
+    layer = build(layers.GAT(4, heads=3, attention_dropout=0.4, dtype="float64"), x, edges.graph)
+    graph = edges.graph.partition(chunks)
+    for step in range(2):  # two training calls: two different masks
+        state = layer.attention_seed.state.numpy()
+        dropped = keras_dropout_of_ones(state, [edges.num_edges, 3], 0.4, tf.float64)
+        assert 0 < np.mean(dropped.numpy() == 0) < 1
+        variables = layer.trainable_weights
+        out, grads = lc.value_and_grads(lambda t: layer(t, graph=graph, rewrites=rewrites, training=True), x,
+                                        variables)
+        np.testing.assert_array_equal(layer.attention_seed.state.numpy(), state + [0, 1])
+        want, want_grads = lc.value_and_grads(gat_reference(layer, edges, dropped), x, variables)
+        np.testing.assert_allclose(out.numpy(), want.numpy(), rtol=1e-9, atol=1e-10)
+        for name, got, expected in zip(["inputs"] + [v.path for v in variables], grads, want_grads):
+            np.testing.assert_allclose(got.numpy(), expected.numpy(), rtol=1e-9, atol=1e-10, err_msg=name)
+    if rewrites is True:
+        assert "fused: yes, attention (online softmax)" in layer.explain()
+
+
+def test_edge_dropout_arguments_are_checked():
+    edges = lc.random_edges(seed=8, data=None)
+    x = lc.features(edges.num_vertices, WIDTH)
+
+    class Dropping(ngra_tf.SAGALayer):
+        def __init__(self, rate, seed, **kwargs):
+            super().__init__(**kwargs)
+            self.rate, self.seed = rate, seed
+
+        def apply_edge(self, edge):
+            return edge.dropout(edge.src, self.rate, self.seed)
+
+    with pytest.raises(ValueError, match=r"edge.dropout: rate must be a number in \[0, 1\), got 1.5"):
+        Dropping(1.5, keras.random.SeedGenerator())(x, graph=edges.graph, training=True)
+    with pytest.raises(TypeError, match="edge.dropout: seed must be a keras.random.SeedGenerator"):
+        Dropping(0.5, 7)(x, graph=edges.graph, training=True)
+    with pytest.raises(ValueError, match=r"attention_dropout must be in \[0, 1\), got 1"):
+        layers.GAT(4, attention_dropout=1)
 
 
 # ---- accumulators and the base class's defaults ----

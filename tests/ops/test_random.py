@@ -83,3 +83,28 @@ def test_a_malformed_key_is_refused():
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"key must hold 1 uint64"):
         lib().ngra_uniform_at(tf.zeros([2], tf.uint64), tf.zeros([2], tf.uint64), tf.zeros([1], tf.int64),
                               dtype=tf.float32)
+
+
+@pytest.mark.parametrize("dtype", ops.DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("row_shape", [(3,), (2, 5), (1,)])
+def test_dropout_rows_is_keras_dropout_of_the_whole_tensor_at_those_rows(uniform_at, dtype, row_shape):
+    """dropout_rows(rows `ids` of a tensor) == keras.random.dropout(the tensor)[ids], bit for bit, with the mask
+    kernel (NgraDropoutMask) and without the library; rows in any order, repeated."""
+    import keras
+
+    rate, state = 0.6, np.array([12345, 6], np.int64)
+    whole = tf.cast(tf.random.stateless_normal((53,) + row_shape, (1, 2)), dtype)
+    generator = keras.random.SeedGenerator()
+    generator.state.assign(state)
+    want = keras.random.dropout(whole, rate, seed=generator).numpy()
+    ids = np.array([52, 0, 7, 7, 30, 1])
+    got = ops.dropout_rows(tf.gather(whole, ids), rate, ops.dropout_seed(tf.constant(state)), ids)
+    np.testing.assert_array_equal(got.numpy(), want[ids])
+    assert 0 < np.mean(want == 0) < 1
+
+
+def test_dropout_mask_refuses_negative_ids():
+    assert lib() is not None
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([1, 2]))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"ids must be >= 0 .* got ids\[1\] = -3 with width 2"):
+        lib().ngra_dropout_mask(key, counter, tf.constant([0, -3], tf.int64), 0.5, 2.0, width=2)

@@ -355,3 +355,25 @@ def test_the_device_tier_is_the_default_device(tmp_path):
     _, streamed, store, _ = _pair(tmp_path, "gcn", 2)
     logits = streamed(tf.constant(["features"]))
     assert "CPU:0" in logits.device
+
+
+@pytest.mark.parametrize("fmt", ["npy", pytest.param("hdf5", marks=pytest.mark.slow)])
+def test_attention_dropout_trains_alike_from_a_store_and_in_memory_whatever_the_chunking(tmp_path, fmt):
+    """GAT's attention dropout draws at the user's edge ids: a P = 3 store (ids read from its files) and a whole
+    graph in memory drop the same weights, so they train alike; fused, with no other dropout."""
+    graph, arrays = _problem("gat")
+    options = dict(attention_dropout=0.6)
+    memory = _model("gat", graph, chunks=1, **options)
+    memory.build(arrays["features"].shape)
+    store = write_store(tmp_path / "store", graph, 3, arrays, format=fmt)
+    streamed = _model("gat", store, spill="recompute", **options)
+    streamed.build(store.array("features").shape)
+    streamed.set_weights(memory.get_weights())
+    expected, got = _fit_both(memory, streamed, store, arrays)
+    _assert_same_training(memory, streamed, expected, got)
+    assert "attention (online softmax)" in streamed.explain()
+    no_dropout = _model("gat", graph, chunks=1, attention_dropout=0.0)
+    no_dropout.build(arrays["features"].shape)
+    no_dropout.set_weights(memory.get_weights()[:len(no_dropout.get_weights())])
+    assert not np.allclose(no_dropout.fit(arrays["features"], arrays["labels"], sample_weight=arrays["train_mask"],
+                                          epochs=3, verbose=0).history["loss"], expected["loss"])

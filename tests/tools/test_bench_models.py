@@ -6,6 +6,8 @@ import pathlib
 import subprocess
 import sys
 
+import numpy as np
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -79,7 +81,7 @@ def test_user_written_variants_table():
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in done.stdout.splitlines() if line.startswith("| ") and "fused as" not in line}
     assert {"G-GCN (built in)", "tanh-difference gate", "edge-weighted gate", "exp/div score", "leaky-relu message",
-            "GAT (8 heads)"} <= set(rows), done.stdout
+            "GAT (8 heads)", "GAT (8 heads), attention dropout 0.6"} <= set(rows), done.stdout
     assert rows["G-GCN (built in)"][1] == "specialised gate_sigmoid"
     assert rows["tanh-difference gate"][1] == "edge code" and rows["GAT (8 heads)"][1] == "online softmax"
     for label, cells in rows.items():
@@ -87,6 +89,8 @@ def test_user_written_variants_table():
         assert cells[11].endswith("x") and cells[12].endswith("x"), cells
         if label != "G-GCN (built in)":  # edge code, also interpreted (the template has nothing to interpret)
             assert float(cells[7]) > 0 and cells[8].endswith("x"), cells
+        fused, unfused = (float(loss) for loss in cells[13].split("/"))  # the same seed: the same training
+        np.testing.assert_allclose(fused, unfused, rtol=1e-4, err_msg=label)
     assert rows["G-GCN (built in)"][7] == "-"
 
 
