@@ -186,9 +186,11 @@ class LayerKernels:
                         program.narrow.outputs, {program.vertex.inputs["accum"].name: operand[0]})[:1]
                 values["fused_src"] = operand[0] if len(operand) == 1 else tf.stack(operand, axis=1)
         vertex = [t for t in program.vertex_frontier if "v:" + t.name in keys]
+        feeds = {program.vertex.inputs["vertex"].name: x}
+        if "fused_src" in values and program.narrow is not None:  # vertex @ W is the narrowed rows: once (GIN)
+            feeds.update({name: values["fused_src"] for name in program.narrowed_vertex})
         with tf.name_scope("ApplyVertex/Hoisted"):
-            for t, value in zip(vertex, self.vertex_replay.evaluate(
-                    vertex, {program.vertex.inputs["vertex"].name: x})):
+            for t, value in zip(vertex, self.vertex_replay.evaluate(vertex, feeds)):
                 values["v:" + t.name] = value
         # Sparse input rows that reach a chunk as they are (no matmul narrowed them) move densified.
         return {key: densified(value) for key, value in values.items() if key in keys}

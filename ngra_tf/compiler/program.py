@@ -90,6 +90,7 @@ class LayerProgram:
     narrow: object | None  # apply_vertex's leading MatMul op, moved before propagation
     why_not_narrow: str | None
     pass_seeds: tuple = ()  # seed-generator states edge.dropout reads: one draw per pass, not per chunk
+    narrowed_vertex: tuple = ()  # tensors of the hoisted vertex stage that are the narrowed source rows (x @ W)
 
     @property
     def chunkable(self) -> bool:
@@ -125,7 +126,8 @@ class LayerProgram:
             lines.append(f"  fused: no, {self.why_not_fused}")
         if self.narrow is not None:
             w_in, w_out = self.narrow.inputs[0].shape[-1], self.narrow.outputs[0].shape[-1]
-            lines.append(f"  narrowed: yes, accum @ W applied before propagating ({w_in} -> {w_out} wide rows)")
+            lines.append(f"  narrowed: yes, accum @ W applied before propagating ({w_in} -> {w_out} wide rows)"
+                         + ("; apply_vertex's vertex @ W reuses them" if self.narrowed_vertex else ""))
         else:
             lines.append(f"  narrowed: no, {self.why_not_narrow}")
         if not self.chunkable:
@@ -197,8 +199,10 @@ def compile_layer(layer, vertex_spec: tf.TensorSpec, data_spec: tf.TensorSpec | 
         if op.type not in ("Const", "ReadVariableOp", "Placeholder", "Identity")]
     narrow, why_not_narrow = _match_narrow(edge, vertex, fused, tuple(layer._reduces), "narrow" in rewrites)
     vertex_frontier = _frontier(vertex, {"V"}, hoist)
+    narrowed_vertex = _narrowed_vertex(edge, vertex, fused, narrow, vertex_frontier)
     return LayerProgram(layer.name, tuple(layer._reduces), rewrites, edge, vertex, src_frontier, dst_frontier,
-                        vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow, tuple(pass_seeds))
+                        vertex_frontier, edge_ops, fused, why_not, narrow, why_not_narrow, tuple(pass_seeds),
+                        narrowed_vertex)
 
 
 def _frontier(trace: Trace, kinds, hoist: bool):
@@ -315,6 +319,24 @@ def _weight_shape(rows, weight):
     while dims and dims[-1] == 1:
         dims.pop()
     return tuple(dims) if tuple(dims) == tuple(features.as_list()[:len(dims)]) else None
+
+
+def _narrowed_vertex(edge: Trace, vertex: Trace, fused, narrow, vertex_frontier) -> tuple:
+    """The tensors `vertex @ W` of the hoisted vertex stage, W narrowing's, when the narrowed rows are edge.src @ W:
+    the same rows (GIN's (1 + eps) x W_1 beside accum W_1), computed once."""
+    if narrow is None or _strip(fused.src[0]) is not edge.inputs["src"]:
+        return ()
+
+    def variable_read(tensor):
+        tensor = _strip(tensor)
+        return tensor.op.inputs[0].name if tensor.op.type == "ReadVariableOp" else None
+
+    weight = variable_read(narrow.inputs[1])
+    hoisted = vertex.ops_between([vertex.inputs["vertex"].name], vertex_frontier)
+    return tuple(op.outputs[0].name for op in hoisted
+                 if weight is not None and op.type == "MatMul" and _strip(op.inputs[0]) is vertex.inputs["vertex"]
+                 and variable_read(op.inputs[1]) == weight and not op.get_attr("transpose_a")
+                 and op.get_attr("transpose_b") == narrow.get_attr("transpose_b"))
 
 
 def _match_narrow(edge: Trace, vertex: Trace, fused, reduces, enabled: bool):

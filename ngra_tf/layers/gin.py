@@ -16,7 +16,8 @@ is a copy, fused into one fused_gather (program copy_src); x W_1 is
 vertex-only work, hoisted; and since apply_vertex begins with accum @ W_1,
 when the first MLP width is below the input width W_1 is applied before
 propagating (narrowed), so chunks move hidden-wide rows instead of
-input-wide ones.
+input-wide ones, and the (1 + eps) (x W_1) term reuses those rows: x W_1
+is computed once.
 """
 
 import math

@@ -328,3 +328,24 @@ def test_the_readme_example_hoists_and_fuses():
     assert "hoisted to the vertex stage: MatMul:S, MatMul:D, BiasAdd:D" in text, text
     assert "fused: yes, fused_gather program gate_sigmoid" in text
     cc.assert_close(out.numpy(), direct(layer, graph, x).numpy(), "P=3 vs direct")
+
+
+def test_gin_computes_x_w1_once():
+    """GIN's apply_vertex reads x W_1 beside accum W_1; narrowed, the source rows are x W_1 already: the hoisted
+    vertex stage reuses them, one matmul of the input instead of two (and the same result)."""
+    from ngra_tf.compiler.kernels import LayerKernels
+
+    graph, x = cc.graph_for("gin"), cc.features()
+    layer = ngra_tf.layers.GIN(3, hidden=2)
+    want = layer(x, graph=graph).numpy()
+    program = layer.compiled(x, graph)
+    assert "apply_vertex's vertex @ W reuses them" in "\n".join(program.describe())
+    kernels = LayerKernels(program, layer.variables)
+    hoist = tf.function(kernels.hoist).get_concrete_function(tf.TensorSpec(x.shape, x.dtype)).graph
+    assert [op.type for op in hoist.get_operations()].count("MatMul") == 1
+    np.testing.assert_allclose(layer(x, graph=graph.partition(3)).numpy(), want, rtol=1e-5, atol=1e-6)
+    unreused = ngra_tf.layers.GIN(3, hidden=2, mlp_layers=2)
+    unreused(x, graph=graph)
+    unreused.set_weights(layer.get_weights())
+    np.testing.assert_allclose(unreused(x, graph=graph, rewrites=["hoist", "fuse"]).numpy(), want, rtol=1e-5,
+                               atol=1e-6)
