@@ -354,9 +354,13 @@ def _backward(p: _Program, side: int, name: str) -> list:
             if p.shapes[table] == "c":
                 lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; ++j) out[j] += al{g}[j]; }}")
-            else:
+            else:  # entries repeat in runs (a head's features): one add into the row per run
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
-                lines.append(f"    for (int64_t j = 0; j < n; ++j) {row}[at[j]] += al{g}[j]; }}")
+                lines.append("    for (int64_t j = 0; j < n;) {")
+                lines.append(f"      const int32_t to = at[j]; T total = al{g}[j];")
+                lines.append(f"      for (++j; j < n && at[j] == to; ++j) total += al{g}[j];")
+                lines.append(f"      {row}[to] += total;")
+                lines.append("    } }")
     lines.append("}")
     return lines
 
