@@ -39,6 +39,7 @@ from ngra_tf.graph import Adjacency
 from ngra_tf.graph.adjacency import LoadedAdjacency
 from ngra_tf.ops import generated, reference
 from ngra_tf.ops._loader import library
+from ngra_tf.ops.generated import CODE_REDUCES
 
 # The order of EdgeOpcode in ops/kernels/edge_code.h (tests/ops/test_generated.py checks it).
 LOADS = ("load_src", "load_dst", "load_edge", "load_src_typed")
@@ -47,7 +48,6 @@ UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p"
 BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "squared_difference")
 OPCODES = {name: code for code, name in enumerate(LOADS + ("const",) + UNARY + BINARY)}
 MAX_INSTRUCTIONS = 64
-CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")  # the order of CodeReduce in ops/kernels/edge_code_walks.h
 
 _TF_UNARY = {
     "neg": tf.negative, "abs": tf.abs, "square": tf.square, "sqrt": tf.sqrt, "rsqrt": tf.math.rsqrt, "exp": tf.exp,

@@ -48,6 +48,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _HEADERS = ("platform.h", "edge_code.h", "edge_code_walks.h", "propagate.h", "programs.h", "reducers.h",
             "segments.h")
 ABI = 1  # kCodeCallAbi in ops/kernels/edge_code_walks.h
+CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")  # the order of CodeReduce in ops/kernels/edge_code_walks.h
 
 
 
@@ -395,8 +396,6 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
         if reaches[side]:
             body += ["  " + line for line in _backward(p, side, name)]
     body += ["  const EdgeCode<T>& p_;", "};", "}  // namespace", ""]
-    from ngra_tf.ops.edge_code import CODE_REDUCES  # noqa: PLC0415  (edge_code imports this module)
-
     reduce_code = CODE_REDUCES.index(reduce)  # CodeReduce in ops/kernels/edge_code_walks.h
     body += ['extern "C" {',
              f'__attribute__((visibility("default"))) extern const char ngra_edge_code_signature[] = '
@@ -532,5 +531,5 @@ def _name(dtype) -> str:
     return tf.as_dtype(dtype).name
 
 
-__all__ = ["CACHE_ENV", "DISABLE_ENV", "cache_dir", "library_for", "signature", "source", "status",
+__all__ = ["CACHE_ENV", "CODE_REDUCES", "DISABLE_ENV", "cache_dir", "library_for", "signature", "source", "status",
            "table_shapes", "toolchain"]
