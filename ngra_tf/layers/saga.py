@@ -24,7 +24,6 @@ from ngra_tf.compiler.program import LayerProgram, compile_layer, parse_rewrites
 from ngra_tf.graph.partition import Partition
 from ngra_tf.keras_compat import in_symbolic_build, training_context
 from ngra_tf.ops import propagation
-from ngra_tf.ops.random import dropout_rows, dropout_seed
 from ngra_tf.ops.softmax import edge_softmax
 from ngra_tf.runtime.executor import Executor
 from ngra_tf.runtime.residency import InMemory
@@ -55,15 +54,15 @@ class EdgeView:
     first use), `data` is the graph's edge data (float data cast to the
     vertices' dtype), `ids` each edge's position in the user's order,
     `softmax(scores)` normalises per-edge scores over each destination's
-    in-edges, and `dropout(values, rate, seed)` drops per edge while training.
+    in-edges, and `dropout(values, rate, seed)` drops per edge while training
+    (this view only runs the probe: it checks the arguments and draws nothing).
     """
 
-    def __init__(self, graph, vertex, training=False):
+    def __init__(self, graph, vertex):
         self.graph = graph
         self.adjacency = graph.adjacency  # what the ops run on: stored order, like stored_edge_data
         self._vertex = vertex
         self._src = self._dst = None
-        self._training = bool(training)
 
     @property
     def src(self):
@@ -105,12 +104,10 @@ class EdgeView:
         return edge_softmax(self.adjacency, scores)
 
     def dropout(self, values, rate, seed):
-        """keras.random.dropout of per-edge rows while training (with `seed`, a keras.random.SeedGenerator),
-        drawn at each edge's id: what dropout on the whole [num_edges, ...] tensor in the user's order drops."""
-        rate = check_dropout(rate, seed)
-        if not self._training or rate == 0:
-            return values
-        return dropout_rows(values, rate, dropout_seed(seed.next()), self.ids)
+        """The values as they are (the probe measures shapes; compiled layers drop: TracedEdgeView.dropout),
+        once the arguments are checked."""
+        check_dropout(rate, seed)
+        return values
 
 
 def _whole(graph):

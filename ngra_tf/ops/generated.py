@@ -311,22 +311,23 @@ def _backward(p: _Program, side: int, name: str) -> list:
             lines.append(f"  alignas(64) T al{g}[kTile];")
         else:
             lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
+    z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
+    # Softmax: the edge's weight, once for both seeds (once per edge when the score is).
+    if softmax and p.per_edge[c.score]:
+        lines.append(f"  const T w = seed.Weight(0, {z});")
     lines.append("  for (int64_t j = 0; j < n; ++j) {")
     lines += ["    " + line for line in _feature_values(p, needed)]
     for i in range(len(p.ins)):
         if adjoint[i] and not p.per_edge[i]:
             lines.append(f"    T g{i} = T(0);")
-    for x in sorted(edge_tiles):
-        lines.append(f"    ae{x}[j] = T(0);")
-    z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
+    for reg in sorted(edge_tiles):
+        lines.append(f"    ae{reg}[j] = T(0);")
+    if softmax and not p.per_edge[c.score]:
+        lines.append(f"    const T w = seed.Weight(j, {z});")
 
     def target(reg):
         return f"ae{reg}[j]" if p.per_edge[reg] else f"g{reg}"
 
-    if softmax:  # the edge's weight, once for both seeds (per edge when the score is)
-        at = (lines.index("  for (int64_t j = 0; j < n; ++j) {") if p.per_edge[c.score] else len(lines))
-        lines.insert(at, ("  const T w = seed.Weight(0, " if p.per_edge[c.score] else "    const T w = seed.Weight(j, ")
-                     + f"{z});")
     for reg, kind in seeds:
         if adjoint[reg]:
             lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});" if not softmax else

@@ -78,14 +78,12 @@ class ChunkLoops:
         self.forward_steps, self.backward_steps = plan.forward_steps, plan.backward_steps
         self.degree = plan.degree  # in interval order: mean divides by it, max / min start where it is > 0
         self.seeds = list(seeds)  # seed-generator state variables the edge stage reads
-        self.per_pass = kernels.per_pass(self.seeds)  # ... and which of them draw once per pass (edge.dropout)
 
     def bind(self, kernels) -> "ChunkLoops":
         """These loops over `kernels` (the same program bound to other variables: LayerKernels.bind)."""
         bound = copy.copy(self)
         bound.kernels = kernels
         bound.seeds = kernels.seeds(kernels.edge_variables())
-        bound.per_pass = kernels.per_pass(bound.seeds)
         return bound
 
     def for_columns(self, columns) -> "ChunkLoops":
@@ -217,11 +215,12 @@ class ChunkLoops:
         return tuple(v.read_value() for v in self.seeds)
 
     def seed_chunk(self, bases, c):
-        set_seeds(self.seeds, bases, [0 if once else c for once in self.per_pass])
+        set_seeds(self.seeds, bases, [0 if once else c for once in self.kernels.per_pass(self.seeds)])
 
     def seed_end(self, bases):
         """The seed states as the forward leaves them: past every chunk id (per-pass states: past this pass)."""
-        set_seeds(self.seeds, bases, [1 if once else self.num_parts * self.num_parts for once in self.per_pass])
+        last = self.num_parts * self.num_parts
+        set_seeds(self.seeds, bases, [1 if once else last for once in self.kernels.per_pass(self.seeds)])
 
     # ---- backward ----
 
