@@ -64,3 +64,23 @@ def dropout_rows(values, rate: float, seed, ids):
         key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
         mask = lib.ngra_dropout_mask(key, counter, ids, rate_t, scale, width=width)
     return values * tf.reshape(mask, [-1] + row_shape)
+
+
+def dropout(x, rate: float, seed):
+    """tf.nn.experimental.stateless_dropout(x, rate, seed) (what keras.random.dropout computes with the seed
+    dropout_seed gives), bit for bit, in one pass that keeps no mask: the gradient draws the same mask again.
+
+    rate: a number in (0, 1); seed: int32 [2]. Without the compiled library, TensorFlow's own."""
+    lib = library()
+    if lib is None:
+        return tf.nn.experimental.stateless_dropout(x, rate, seed)
+    x = tf.convert_to_tensor(x)
+    key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=seed)
+    return lib.ngra_dropout(key, counter, x, tf.constant(rate, x.dtype), tf.constant(1 / (1 - rate), x.dtype))
+
+
+@tf.RegisterGradient("NgraDropout")
+def _dropout_grad(op, dy):
+    # d(where(keep, x * scale, 0)) / dx = where(keep, dy * scale, 0): the op itself on dy
+    key, counter, _, rate, scale = op.inputs
+    return None, None, library().ngra_dropout(key, counter, dy, rate, scale), None, None

@@ -9,6 +9,11 @@
 // mask of edge.dropout, drawn at each edge's id, recomputed in every pass
 // rather than kept.
 //
+// NgraDropout: tf.nn.experimental.stateless_dropout (keras.random.dropout) of a
+// whole tensor in one pass, keeping no mask: its gradient is the same op on
+// the upstream gradient. TensorFlow's takes several passes (uniforms, compare,
+// scale, select) and keeps the mask for the backward.
+//
 // Both are TensorFlow's own generator, not a copy of it: StatelessRandomUniformV2
 // (Philox, as "auto_select" picks on every device) fills a tensor in groups,
 // group g being UniformDistribution(Philox(counter + g, key)), so element p
@@ -18,6 +23,7 @@
 #include <atomic>
 #include <cstdint>
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -104,44 +110,83 @@ class UniformDraws {
   uint64_t group_ = ~uint64_t{0};
 };
 
-// Philox for many groups at once (any groups, in lanes), so that the rounds vectorise: TensorFlow's generator
-// draws one group at a time. The rounds and constants are PhiloxRandom's (philox_random.h); each lane's result
-// is what PhiloxRandom(base) skipped to that group returns (tests compare with tf.random.stateless_uniform).
-constexpr int kPhiloxLanes = 16;
+// Philox for many groups at once (any groups, in vector lanes): TensorFlow's generator draws one group at a time.
+// The rounds and constants are PhiloxRandom's (philox_random.h); each group's result is what PhiloxRandom(base)
+// skipped to that group returns (tests compare with tf.random.stateless_uniform). A lane holds one 32-bit word in
+// 64 bits, so that the 32 x 32 -> 64-bit products are one vector multiply; kPhiloxVectors vectors go through the
+// rounds together so that the multiplies' latency overlaps (a 10-round chain alone leaves the core idle).
+#if defined(__AVX512F__)
+constexpr int kPhiloxVectorBytes = 64;
+#else
+constexpr int kPhiloxVectorBytes = 32;
+#endif
+typedef uint64_t PhiloxWords __attribute__((vector_size(kPhiloxVectorBytes)));
+typedef uint32_t PhiloxWords32 __attribute__((vector_size(kPhiloxVectorBytes / 2)));
+typedef uint64_t PhiloxPairs __attribute__((vector_size(kPhiloxVectorBytes / 2)));  // two words of a group
+constexpr int kPhiloxWidth = kPhiloxVectorBytes / 8;  // groups per vector
+constexpr int kPhiloxVectors = 4;
+constexpr int kPhiloxLanes = kPhiloxWidth * kPhiloxVectors;  // groups per call
+
+// Four vectors of word i of each group into the groups' [group][4] layout, through pairs (words 0-1 and 2-3).
+inline void PhiloxStore(const PhiloxWords& w0, const PhiloxWords& w1, const PhiloxWords& w2, const PhiloxWords& w3,
+                        int n, PhiloxRandom::ResultType* out) {
+  const PhiloxWords32 a = __builtin_convertvector(w0, PhiloxWords32), b = __builtin_convertvector(w1, PhiloxWords32);
+  const PhiloxWords32 c = __builtin_convertvector(w2, PhiloxWords32), d = __builtin_convertvector(w3, PhiloxWords32);
+#if defined(__AVX512F__)
+  const auto ab_lo = (PhiloxPairs)__builtin_shufflevector(a, b, 0, 8, 1, 9, 2, 10, 3, 11);
+  const auto ab_hi = (PhiloxPairs)__builtin_shufflevector(a, b, 4, 12, 5, 13, 6, 14, 7, 15);
+  const auto cd_lo = (PhiloxPairs)__builtin_shufflevector(c, d, 0, 8, 1, 9, 2, 10, 3, 11);
+  const auto cd_hi = (PhiloxPairs)__builtin_shufflevector(c, d, 4, 12, 5, 13, 6, 14, 7, 15);
+  const PhiloxPairs groups[4] = {__builtin_shufflevector(ab_lo, cd_lo, 0, 4, 1, 5),
+                                 __builtin_shufflevector(ab_lo, cd_lo, 2, 6, 3, 7),
+                                 __builtin_shufflevector(ab_hi, cd_hi, 0, 4, 1, 5),
+                                 __builtin_shufflevector(ab_hi, cd_hi, 2, 6, 3, 7)};
+#else
+  const auto ab_lo = (PhiloxPairs)__builtin_shufflevector(a, b, 0, 4, 1, 5);
+  const auto ab_hi = (PhiloxPairs)__builtin_shufflevector(a, b, 2, 6, 3, 7);
+  const auto cd_lo = (PhiloxPairs)__builtin_shufflevector(c, d, 0, 4, 1, 5);
+  const auto cd_hi = (PhiloxPairs)__builtin_shufflevector(c, d, 2, 6, 3, 7);
+  const PhiloxPairs groups[4] = {__builtin_shufflevector(ab_lo, cd_lo, 0, 2), __builtin_shufflevector(ab_lo, cd_lo, 1, 3),
+                                 __builtin_shufflevector(ab_hi, cd_hi, 0, 2), __builtin_shufflevector(ab_hi, cd_hi, 1, 3)};
+#endif
+  static_assert(sizeof(groups) == kPhiloxWidth * sizeof(PhiloxRandom::ResultType), "four words per group");
+  if (n == kPhiloxWidth) {
+    std::memcpy(out, groups, sizeof(groups));  // (a constant size: stores, not a call)
+  } else {
+    std::memcpy(out, groups, n * sizeof(PhiloxRandom::ResultType));
+  }
+}
 
 void PhiloxGroups(const PhiloxRandom& base, const uint64_t* groups, int n, PhiloxRandom::ResultType* out) {
-  uint32_t c0[kPhiloxLanes], c1[kPhiloxLanes], c2[kPhiloxLanes], c3[kPhiloxLanes];
+  constexpr uint64_t kLow = 0xFFFFFFFFu;
   const auto& counter = base.counter();
-  for (int j = 0; j < kPhiloxLanes; ++j) {  // counter + group, with the 128-bit carries (as Skip)
-    const uint64_t group = j < n ? groups[j] : 0;
-    const uint64_t low = uint64_t{counter[0]} + static_cast<uint32_t>(group);
-    const uint64_t next = uint64_t{counter[1]} + (group >> 32) + (low >> 32);
-    const uint64_t high = uint64_t{counter[2]} + (next >> 32);
-    c0[j] = static_cast<uint32_t>(low);
-    c1[j] = static_cast<uint32_t>(next);
-    c2[j] = static_cast<uint32_t>(high);
-    c3[j] = counter[3] + static_cast<uint32_t>(high >> 32);
+  PhiloxWords c0[kPhiloxVectors], c1[kPhiloxVectors], c2[kPhiloxVectors], c3[kPhiloxVectors];
+  for (int v = 0; v < kPhiloxVectors; ++v) {  // counter + group, with the 128-bit carries (as Skip)
+    PhiloxWords group = {};
+    for (int j = 0; j < kPhiloxWidth && v * kPhiloxWidth + j < n; ++j) group[j] = groups[v * kPhiloxWidth + j];
+    const PhiloxWords low = (group & kLow) + counter[0];
+    const PhiloxWords next = (group >> 32) + (low >> 32) + counter[1];
+    const PhiloxWords high = (next >> 32) + counter[2];
+    c0[v] = low & kLow;
+    c1[v] = next & kLow;
+    c2[v] = high & kLow;
+    c3[v] = ((high >> 32) + counter[3]) & kLow;
   }
-  uint32_t k0 = base.key()[0], k1 = base.key()[1];
+  uint64_t k0 = base.key()[0], k1 = base.key()[1];
   for (int round = 0; round < 10; ++round) {
-    for (int j = 0; j < kPhiloxLanes; ++j) {
-      const uint64_t p0 = uint64_t{0xD2511F53u} * c0[j];
-      const uint64_t p1 = uint64_t{0xCD9E8D57u} * c2[j];
-      const uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[j] ^ k0;
-      const uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[j] ^ k1;
-      c1[j] = static_cast<uint32_t>(p1);
-      c3[j] = static_cast<uint32_t>(p0);
-      c0[j] = n0;
-      c2[j] = n2;
+    for (int v = 0; v < kPhiloxVectors; ++v) {
+      const PhiloxWords p0 = c0[v] * 0xD2511F53u;
+      const PhiloxWords p1 = c2[v] * 0xCD9E8D57u;
+      c0[v] = (p1 >> 32) ^ c1[v] ^ k0;
+      c2[v] = (p0 >> 32) ^ c3[v] ^ k1;
+      c1[v] = p1 & kLow;
+      c3[v] = p0 & kLow;
     }
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
+    k0 = (k0 + 0x9E3779B9u) & kLow;
+    k1 = (k1 + 0xBB67AE85u) & kLow;
   }
-  for (int j = 0; j < n; ++j) {
-    out[j][0] = c0[j];
-    out[j][1] = c1[j];
-    out[j][2] = c2[j];
-    out[j][3] = c3[j];
+  for (int v = 0; v < kPhiloxVectors && v * kPhiloxWidth < n; ++v) {
+    PhiloxStore(c0[v], c1[v], c2[v], c3[v], std::min(kPhiloxWidth, n - v * kPhiloxWidth), out + v * kPhiloxWidth);
   }
 }
 
@@ -184,6 +229,85 @@ class UniformAtOp : public OpKernel {
   }
 };
 
+// Dropout over runs of flat positions: out[k] = x[k] * scale where stateless_uniform at the run's position k is
+// >= rate, else 0, as tf.nn.experimental.stateless_dropout computes it (tf.where(uniform >= rate, x * scale, 0));
+// with no x, the multiplier itself (scale or 0). A run is a row of a [*, width] tensor at its id, or a stretch of
+// a whole tensor. Runs are taken a batch at a time: their groups listed, drawn in lanes, made uniforms by
+// TensorFlow's distribution, then each run's entries selected from its uniforms in one vectorised loop.
+template <typename T>
+class RunDropper {
+ public:
+  RunDropper(const PhiloxRandom& base, T rate, T scale) : base_(base), rate_(rate), scale_(scale) {}
+
+  // Runs [begin, end): run r covers flat positions first(r) + [0, length(r)), read from x + offset(r) (x may be
+  // null) and written to out + offset(r).
+  template <typename First, typename Length, typename Offset>
+  void Drop(int64_t begin, int64_t end, First first, Length length, Offset offset, const T* x, T* out) {
+    constexpr int64_t kBatchGroups = 1024;  // ~16 KB of drawn groups and of uniforms: stays in L1/L2
+    for (int64_t r = begin; r < end;) {
+      const int64_t batch = r;
+      int64_t count = 0;
+      start_.clear();
+      for (; r < end && (r == batch || count < kBatchGroups); ++r) {
+        start_.push_back(count);
+        const uint64_t p = first(r), n = length(r);
+        if (n == 0) continue;
+        const uint64_t g0 = p / kGroup, g1 = (p + n - 1) / kGroup + 1;
+        if (groups_.size() < count + g1 - g0) groups_.resize(2 * (count + g1 - g0));
+        for (uint64_t g = g0; g < g1; ++g) groups_[count++] = g;
+      }
+      Draw(count);
+      for (int64_t q = batch; q < r; ++q) {
+        const int64_t n = length(q);
+        if (n == 0) continue;
+        const T* u = uniforms_.data() + start_[q - batch] * kGroup + first(q) % kGroup;
+        T* o = out + offset(q);
+        const T keep_from = rate_, kept = scale_;  // copies: through `this`, each store would reload them
+        if (x == nullptr) {
+          for (int64_t k = 0; k < n; ++k) o[k] = u[k] >= keep_from ? kept : T(0);
+        } else {
+          const T* in = x + offset(q);
+          for (int64_t k = 0; k < n; ++k) o[k] = u[k] >= keep_from ? in[k] * kept : T(0);
+        }
+      }
+    }
+  }
+
+ private:
+  using Uniform = ::tensorflow::random::UniformDistribution<DrawnGroup, T>;
+  static constexpr int64_t kGroup = Uniform::kResultElementCount;
+
+  void Draw(size_t count) {
+    if (drawn_.size() < count) {
+      drawn_.resize(count);
+      uniforms_.resize(count * kGroup);
+    }
+    for (size_t g = 0; g < count; g += kPhiloxLanes) {
+      PhiloxGroups(base_, groups_.data() + g, static_cast<int>(std::min<size_t>(kPhiloxLanes, count - g)),
+                   drawn_.data() + g);
+    }
+    for (size_t g = 0; g < count; ++g) {
+      DrawnGroup group{drawn_[g]};
+      const typename Uniform::ResultType values = Uniform()(&group);
+      for (int64_t j = 0; j < kGroup; ++j) uniforms_[g * kGroup + j] = values[j];
+    }
+  }
+
+  const PhiloxRandom base_;
+  const T rate_, scale_;
+  std::vector<uint64_t> groups_;
+  std::vector<int64_t> start_;
+  std::vector<PhiloxRandom::ResultType> drawn_;
+  std::vector<T> uniforms_;
+};
+
+// rate and scale (inputs 3 and 4), as stateless_dropout makes them in the values' dtype.
+template <typename T>
+void RateAndScale(OpKernelContext* ctx, T* rate, T* scale) {
+  *rate = ctx->input(3).scalar<T>()();
+  *scale = ctx->input(4).scalar<T>()();
+}
+
 REGISTER_OP("NgraDropoutMask")
     .Input("key: uint64")
     .Input("counter: uint64")
@@ -223,72 +347,87 @@ class DropoutMaskOp : public OpKernel {
     PhiloxRandom base;
     if (!PhiloxFromInputs(ctx, &base)) return;
     const auto ids = ctx->input(2).flat<int64_t>();
-    const T rate = ctx->input(3).scalar<T>()(), scale = ctx->input(4).scalar<T>()();
+    T rate, scale;
+    RateAndScale(ctx, &rate, &scale);
     const int64_t n = ids.size(), width = width_;
+    const int64_t largest = (std::numeric_limits<int64_t>::max() - width) / width;  // ids * width fits below it
+    for (int64_t i = 0; i < n; ++i) {
+      OP_REQUIRES(ctx, ids(i) >= 0 && ids(i) <= largest,
+                  InvalidArgument("ids must be >= 0 and ids * width must fit in int64, got ids[", i, "] = ", ids(i),
+                                  " with width ", width));
+    }
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ::tensorflow::TensorShape({n, width}), &output));
     T* out = output->flat<T>().data();
-    const int64_t largest = (std::numeric_limits<int64_t>::max() - width) / width;  // ids * width fits below it
-    using Uniform = ::tensorflow::random::UniformDistribution<DrawnGroup, T>;
-    constexpr int64_t kGroup = Uniform::kResultElementCount;
-    std::atomic<int64_t> negative{-1};
     ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
-      // Rows a batch at a time: their groups listed, drawn in lanes, then each row's entries from its groups.
-      // (rate and scale copied: read through the closure, every store into the rows would reload them)
-      const T keep_from = rate, kept = scale;
-      constexpr int64_t kRows = 64;
-      std::vector<uint64_t> groups;
-      std::vector<PhiloxRandom::ResultType> drawn;
-      std::vector<int64_t> start(kRows + 1);
-      for (int64_t batch = begin; batch < end; batch += kRows) {
-        const int64_t rows = std::min(kRows, end - batch);
-        groups.clear();
-        for (int64_t r = 0; r < rows; ++r) {
-          start[r] = static_cast<int64_t>(groups.size());
-          const int64_t id = ids(batch + r);
-          if (id < 0 || id > largest) {
-            negative.store(batch + r);
-            continue;
-          }
-          const uint64_t first = static_cast<uint64_t>(id) * width;
-          for (uint64_t g = first / kGroup; g <= (first + width - 1) / kGroup; ++g) groups.push_back(g);
-        }
-        start[rows] = static_cast<int64_t>(groups.size());
-        drawn.resize(groups.size());
-        for (size_t g = 0; g < groups.size(); g += kPhiloxLanes) {
-          PhiloxGroups(base, groups.data() + g, static_cast<int>(std::min<size_t>(kPhiloxLanes, groups.size() - g)),
-                       drawn.data() + g);
-        }
-        for (int64_t r = 0; r < rows; ++r) {
-          if (start[r] == start[r + 1]) continue;  // a bad id
-          const uint64_t first = static_cast<uint64_t>(ids(batch + r)) * width;
-          T* row = out + (batch + r) * width;
-          int64_t f = 0;
-          for (int64_t g = start[r]; g < start[r + 1]; ++g) {
-            DrawnGroup group{drawn[g]};
-            const typename Uniform::ResultType values = Uniform()(&group);
-            for (uint64_t p = std::max(groups[g] * kGroup, first); p < (groups[g] + 1) * kGroup && f < width;
-                 ++p, ++f) {
-              row[f] = values[p % kGroup] >= keep_from ? kept : T(0);
-            }
-          }
-        }
-      }
+      RunDropper<T>(base, rate, scale)
+          .Drop(
+              begin, end, [&](int64_t r) { return static_cast<uint64_t>(ids(r)) * width; },
+              [&](int64_t) { return width; }, [&](int64_t r) { return r * width; }, nullptr, out);
     });
-    const int64_t bad = negative.load();
-    OP_REQUIRES(ctx, bad < 0, InvalidArgument("ids must be >= 0 and ids * width must fit in int64, got ids[", bad,
-                                              "] = ", ids(bad), " with width ", width));
   }
 
  private:
   int64_t width_ = 1;
 };
 
+REGISTER_OP("NgraDropout")
+    .Input("key: uint64")
+    .Input("counter: uint64")
+    .Input("x: dtype")
+    .Input("rate: dtype")
+    .Input("scale: dtype")
+    .Output("y: dtype")
+    .Attr("dtype: {half, bfloat16, float, double}")
+    .SetShapeFn([](InferenceContext* c) {
+      ShapeHandle unused;
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
+      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      c->set_output(0, c->input(2));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+y = tf.nn.experimental.stateless_dropout(x, rate, seed), bit for bit, in one
+pass with no mask kept: the same op on dy is its gradient. rate and scale
+(1 / (1 - rate)) made in dtype, as it makes them. key [1] and counter [2]:
+StatelessRandomGetKeyCounter(seed).
+)doc");
+
+template <typename T>
+class DropoutOp : public OpKernel {
+ public:
+  explicit DropoutOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    PhiloxRandom base;
+    if (!PhiloxFromInputs(ctx, &base)) return;
+    T rate, scale;
+    RateAndScale(ctx, &rate, &scale);
+    const Tensor& x = ctx->input(2);
+    Tensor* output = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &output));
+    // The flat tensor in stretches of `stretch` positions (whole groups, so that no group is drawn twice).
+    const int64_t stretch = 4096;
+    const int64_t size = x.NumElements(), stretches = (size + stretch - 1) / stretch;
+    ParallelRange(ctx, stretches, [&](int64_t begin, int64_t end) {
+      RunDropper<T>(base, rate, scale)
+          .Drop(
+              begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
+              [&](int64_t r) { return std::min(stretch, size - r * stretch); }, [&](int64_t r) { return r * stretch; },
+              x.flat<T>().data(), output->flat<T>().data());
+    });
+  }
+};
+
 #define REGISTER(T)                                                                                         \
   REGISTER_KERNEL_BUILDER(Name("NgraUniformAt").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"),   \
                           UniformAtOp<T>);                                                                    \
   REGISTER_KERNEL_BUILDER(Name("NgraDropoutMask").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"), \
-                          DropoutMaskOp<T>)
+                          DropoutMaskOp<T>);                                                                  \
+  REGISTER_KERNEL_BUILDER(Name("NgraDropout").Device(::tensorflow::DEVICE_CPU).TypeConstraint<T>("dtype"),     \
+                          DropoutOp<T>)
 REGISTER(Eigen::half);
 REGISTER(Eigen::bfloat16);
 REGISTER(float);

@@ -25,6 +25,7 @@
 //            edges), to reproduce a GPU result on a machine without one (slow:
 //            narrow it with --filter).
 // Prints "N passed, M failed"; exits 1 on any failure, 2 on bad usage.
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -631,9 +632,32 @@ void RunSetting(Runtime& rt, const Size& size, const char* type_name, Tally& tal
   }
 }
 
+// One line per group of checks as it ends (count, seconds), so that a run
+// stopped by a time limit still shows where its time went.
+class Progress {
+ public:
+  Progress(const char* runtime, const Tally& tally) : runtime_(runtime), tally_(tally), last_(tally.passed + tally.failed) {}
+  void Done(const std::string& group) {
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t count = tally_.passed + tally_.failed;
+    std::printf("  %s %-34s %6lld checks %8.2f s\n", runtime_, group.c_str(), static_cast<long long>(count - last_),
+                std::chrono::duration<double>(now - start_).count());
+    start_ = now;
+    last_ = count;
+  }
+
+ private:
+  const char* runtime_;
+  const Tally& tally_;
+  int64_t last_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 template <typename Runtime>
 void RunAll(Runtime& rt, bool large, bool quick, Tally& tally) {
+  Progress progress(Runtime::kName, tally);
   BadInput(rt, tally);
+  progress.Done("bad input");
   Size full, reduced;
   if (large) {
     full.spec = GraphSpec{20000, 25000, 250000, 40000, 30000, 0.1, 1};
@@ -653,15 +677,19 @@ void RunAll(Runtime& rt, bool large, bool quick, Tally& tally) {
   // Both value types and both index types; the other two pairings are the
   // same code with the other type (and cost compile time here).
   RunSetting<Runtime, float, int32_t>(rt, full, "float/int32", tally);
+  progress.Done("ops, float/int32");
   RunSetting<Runtime, double, int64_t>(rt, reduced, "double/int64", tally);
+  progress.Done("ops, double/int64");
   // Degenerate shapes: no edges at all, and no destinations.
   Size empty = reduced;
   empty.spec = empty.wide_spec = GraphSpec{5, 4, 0, 0, 0, 0.0, 3};
   empty.widths = {3};
   RunSetting<Runtime, float, int32_t>(rt, empty, "float/int32 no-edges", tally);
+  progress.Done("ops, no edges");
 
   // Edge code: random programs with every reduce and gradient (harness_edge_code.h).
   EdgeCodeBadInput(rt, tally);
+  progress.Done("edge code, bad input");
   const std::string name = Runtime::kName;
   const GraphSpec code_spec = large ? GraphSpec{4000, 3000, 40000, 6000, 4000, 0.1, 4}
                                     : GraphSpec{60, 50, 300, 80, 60, 0.1, 4};
@@ -671,12 +699,15 @@ void RunAll(Runtime& rt, bool large, bool quick, Tally& tally) {
   const int programs = quick ? 8 : large ? 12 : 24;
   EdgeCodeChecks<Runtime, float>(rt, MakeGraph<int32_t>(code_spec), programs, code_widths, code_chunks, 11,
                                  name + " float/int32", tally);
+  progress.Done("edge code, float/int32");
   GraphSpec double_spec = code_spec;
   double_spec.seed = 5;
   EdgeCodeChecks<Runtime, double>(rt, MakeGraph<int64_t>(double_spec), quick ? 3 : 8, {3, 8}, {16}, 12,
                                   name + " double/int64", tally);
+  progress.Done("edge code, double/int64");
   EdgeCodeChecks<Runtime, float>(rt, MakeGraph<int32_t>(empty.spec), 2, {3}, {8}, 13, name + " float/int32 no-edges",
                                  tally);
+  progress.Done("edge code, no edges");
 }
 
 }  // namespace
@@ -706,6 +737,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "--mode must be emulated, gpu or all\n");
     return 2;
   }
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress reaches a log even if the run is stopped
   Tally tally;
   if (mode != "gpu") {
     EmuRuntime emu;

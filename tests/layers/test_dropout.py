@@ -165,3 +165,26 @@ def test_a_saved_model_with_dropout_loads_it_as_ngra_dropout(tmp_path):
     assert loaded.layers[1].rate == 0.4
     x = np.random.default_rng(0).normal(size=(5, 6)).astype(np.float32)
     np.testing.assert_allclose(loaded(x).numpy(), model(x).numpy(), rtol=1e-6)
+
+
+@pytest.mark.parametrize("dtype", [tf.float32, tf.float64])
+def test_dense_rows_train_as_with_keras_dropout(dtype):
+    """In a traced training step the one-pass dropout (NgraDropout) gives keras.layers.Dropout's output and
+    gradients, step after step."""
+    x = tf.cast(tf.random.stateless_normal((40, 30), (1, 2)), dtype)
+    w = tf.Variable(tf.cast(tf.random.stateless_normal((30, 5), (3, 4)), dtype))
+    ours, theirs = layers.Dropout(RATE, seed=7, dtype=dtype), keras.layers.Dropout(RATE, seed=7, dtype=dtype)
+
+    def step(layer):
+        with tf.GradientTape() as tape:
+            h = layer(x @ tf.ones((30, 30), dtype), training=True)
+            loss = tf.reduce_sum(tf.tanh(h @ w))
+        return loss, tape.gradient(loss, w)
+
+    ours_step, theirs_step = tf.function(lambda: step(ours)), tf.function(lambda: step(theirs))
+    ops = [op.type for op in ours_step.get_concrete_function().graph.get_operations()]
+    assert "NgraDropout" in ops
+    for _ in range(3):
+        (a, da), (b, db) = ours_step(), theirs_step()
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
+        np.testing.assert_array_equal(da.numpy(), db.numpy())

@@ -108,3 +108,33 @@ def test_dropout_mask_refuses_negative_ids():
     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([1, 2]))
     with pytest.raises(tf.errors.InvalidArgumentError, match=r"ids must be >= 0 .* got ids\[1\] = -3 with width 2"):
         lib().ngra_dropout_mask(key, counter, tf.constant([0, -3], tf.int64), 0.5, 2.0, width=2)
+
+
+@pytest.mark.parametrize("dtype", ops.DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("shape", [(53, 3), (7, 602), (2, 5, 9), (4097,), (0, 6)])
+def test_dropout_is_stateless_dropout_forward_and_backward(uniform_at, dtype, shape):
+    """dropout(x) == tf.nn.experimental.stateless_dropout(x) bit for bit, and so is its gradient (the mask drawn
+    again, none kept), with the one-pass kernel (NgraDropout) and without the library; sizes that end inside a
+    Philox group and inside a 4096-entry stretch."""
+    x = tf.cast(tf.random.stateless_normal(shape, (1, 2)), dtype)
+    dy = tf.cast(tf.random.stateless_normal(shape, (3, 4)), dtype)
+    seed = tf.constant([12345, 6], tf.int32)
+    results = []
+    for drop in (ops.dropout, tf.nn.experimental.stateless_dropout):
+        with tf.GradientTape() as tape:
+            tape.watch(x)
+            y = drop(x, 0.6, seed)
+        results.append((y.numpy(), tape.gradient(y, x, output_gradients=dy).numpy()))
+    (y, dx), (want_y, want_dx) = results
+    np.testing.assert_array_equal(y, want_y)
+    np.testing.assert_array_equal(dx, want_dx)
+    if y.size:
+        assert 0 < np.mean(y == 0) < 1 and np.array_equal(y == 0, dx == 0)
+
+
+def test_dropout_runs_one_op_when_traced():
+    """Traced, the dropout is NgraDropout (so the equality above tests the kernel, not TensorFlow's fallback)."""
+    assert lib() is not None
+    graph = tf.function(lambda x: ops.dropout(x, 0.5, tf.constant([1, 2]))).get_concrete_function(
+        tf.TensorSpec([10, 4])).graph
+    assert [op.type for op in graph.get_operations()].count("NgraDropout") == 1
