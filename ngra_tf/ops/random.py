@@ -7,6 +7,10 @@
 Dropout on sparse rows draws at the stored entries only and still drops what
 dense dropout drops there (ngra_tf.layers.Dropout). Without the compiled
 library the reference draws every position up to the largest and gathers.
+
+The same drawing serves keras's dropout itself, bit for bit: of some rows of a
+tensor (dropout_rows, edge.dropout's mask) and of a whole tensor in one pass
+(dropout, dense rows in ngra_tf.layers.Dropout).
 """
 
 import numpy as np
