@@ -11,6 +11,12 @@ unregister a gradient, so the executor records the names it registered
 (`registered_gradient`), GraphModel those registered while it runs
 (`gradients_registered`), and `forget_gradients` removes them when the
 executor or the model is released.
+
+A function traced for XLA (`tf.function(jit_compile=True)`, what Keras's
+`jit_compile=True` makes) cannot hold ops without an XLA lowering, such as
+the op library's; TensorFlow marks such a trace by entering an XLA
+control-flow context, which `traced_for_xla` reads, so that a layer can
+choose TensorFlow's own ops there.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ from __future__ import annotations
 import contextlib
 
 from tensorflow.python.framework import ops as _tf_ops
+from tensorflow.python.ops import control_flow_util as _control_flow_util
 
 _GRADIENT_TYPE = "_gradient_op_type"  # the attribute gradient_override_map sets on the op
 _PREFIX = "CustomGradient-"  # (tensorflow/python/ops/custom_gradient.py, generate_name)
@@ -55,4 +62,9 @@ def forget_gradients(names):
     names.clear()
 
 
-__all__ = ["forget_gradients", "gradients_registered", "registered_gradient"]
+def traced_for_xla() -> bool:
+    """Whether the graph being traced now will be compiled by XLA (False eagerly)."""
+    return bool(_control_flow_util.GraphOrParentsInXlaContext(_tf_ops.get_default_graph()))
+
+
+__all__ = ["forget_gradients", "gradients_registered", "registered_gradient", "traced_for_xla"]

@@ -6,6 +6,7 @@ import tensorflow as tf
 
 from ngra_tf.compiler.replay import sparse_with_values
 from ngra_tf.ops.random import dropout, dropout_seed, uniform_at
+from ngra_tf.tf_compat import traced_for_xla
 
 
 @keras.saving.register_keras_serializable(package="ngra_tf")
@@ -16,7 +17,8 @@ class Dropout(keras.layers.Dropout):
     not change with how the features are held (sparse on one device, dense over several or from a store).
 
     Dense rows on a machine without GPUs drop in one pass (ngra_tf.ops.random.dropout, bit-equal to keras's
-    dropout, which takes several passes and keeps the mask for the backward)."""
+    dropout, which takes several passes and keeps the mask for the backward); traced for XLA (Keras's
+    jit_compile=True), keras's own, which XLA fuses."""
 
     def compute_output_spec(self, inputs, *args, **kwargs):
         return keras.KerasTensor(inputs.shape, inputs.dtype, sparse=getattr(inputs, "sparse", False))
@@ -44,5 +46,6 @@ class Dropout(keras.layers.Dropout):
 
 
 def _one_pass_applies() -> bool:
-    # NgraDropout has a CPU kernel only: with a GPU in use, keras's own dropout stays on the device.
-    return not tf.config.list_logical_devices("GPU")
+    # NgraDropout has a CPU kernel only (with a GPU in use, keras's own dropout stays on the device) and no XLA
+    # lowering.
+    return not tf.config.list_logical_devices("GPU") and not traced_for_xla()

@@ -9,7 +9,7 @@ import scipy.sparse as sp
 import tensorflow as tf
 
 import ngra_tf
-from ngra_tf import layers
+from ngra_tf import layers, tf_compat
 
 RATE = 0.3
 
@@ -188,3 +188,23 @@ def test_dense_rows_train_as_with_keras_dropout(dtype):
         (a, da), (b, db) = ours_step(), theirs_step()
         np.testing.assert_array_equal(a.numpy(), b.numpy())
         np.testing.assert_array_equal(da.numpy(), db.numpy())
+
+
+def test_dense_rows_traced_for_xla_use_keras_dropout():
+    """Keras's jit_compile=True compiles the step with XLA, which cannot hold the op library's ops: there the
+    layer is keras's dropout (XLA fuses it), so a model that trained with keras.layers.Dropout still trains."""
+    x = tf.random.stateless_normal((64, 16), (1, 2))
+    y = np.random.default_rng(0).integers(0, 3, 64)
+    inputs = keras.Input((16,))
+    outputs = keras.layers.Dense(3)(layers.Dropout(RATE, seed=1)(keras.layers.Dense(8)(inputs)))
+    model = keras.Model(inputs, outputs)
+    model.compile("adam", keras.losses.SparseCategoricalCrossentropy(from_logits=True), jit_compile=True)
+    history = model.fit(x, y, epochs=2, batch_size=32, verbose=0)
+    assert np.all(np.isfinite(history.history["loss"]))
+    # (XLA draws its own stateless uniforms, unlike TensorFlow's kernels: compare within XLA)
+    seen, ours, plain = [], layers.Dropout(RATE, seed=3), keras.layers.Dropout(RATE, seed=3)
+    xla_ours = tf.function(lambda v: seen.append(tf_compat.traced_for_xla()) or ours(v, training=True),
+                           jit_compile=True)
+    xla_plain = tf.function(lambda v: plain(v, training=True), jit_compile=True)
+    np.testing.assert_array_equal(xla_ours(x).numpy(), xla_plain(x).numpy())
+    assert seen == [True] and not tf_compat.traced_for_xla()
