@@ -44,6 +44,19 @@ using ::tensorflow::shape_inference::InferenceContext;
 using ::tensorflow::shape_inference::ShapeHandle;
 using ::tensorflow::random::PhiloxRandom;
 
+// The inputs every op here starts with: key and counter vectors (StatelessRandomGetKeyCounter's), and from the
+// dropout ops rate and scale scalars (inputs 3 and 4).
+absl::Status CheckSeedInputs(InferenceContext* c, bool rate_and_scale) {
+  ShapeHandle unused;
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
+  TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+  if (rate_and_scale) {
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
+    TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+  }
+  return absl::OkStatus();
+}
+
 REGISTER_OP("NgraUniformAt")
     .Input("key: uint64")
     .Input("counter: uint64")
@@ -51,9 +64,7 @@ REGISTER_OP("NgraUniformAt")
     .Output("output: dtype")
     .Attr("dtype: {half, bfloat16, float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(CheckSeedInputs(c, false));
       c->set_output(0, c->input(2));
       return absl::OkStatus();
     })
@@ -318,12 +329,9 @@ REGISTER_OP("NgraDropoutMask")
     .Attr("width: int >= 1")
     .Attr("dtype: {half, bfloat16, float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle unused, ids;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
+      TF_RETURN_IF_ERROR(CheckSeedInputs(c, true));
+      ShapeHandle ids;
       TF_RETURN_IF_ERROR(c->WithRank(c->input(2), 1, &ids));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
       int64_t width;
       TF_RETURN_IF_ERROR(c->GetAttr("width", &width));
       c->set_output(0, c->Matrix(c->Dim(ids, 0), width));
@@ -380,11 +388,7 @@ REGISTER_OP("NgraDropout")
     .Output("y: dtype")
     .Attr("dtype: {half, bfloat16, float, double}")
     .SetShapeFn([](InferenceContext* c) {
-      ShapeHandle unused;
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(0), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(1), 1, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(3), 0, &unused));
-      TF_RETURN_IF_ERROR(c->WithRank(c->input(4), 0, &unused));
+      TF_RETURN_IF_ERROR(CheckSeedInputs(c, true));
       c->set_output(0, c->input(2));
       return absl::OkStatus();
     })
