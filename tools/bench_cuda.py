@@ -7,8 +7,11 @@ tools/build_cuda.py) and calls it through ctypes on CuPy's arrays.
 Passes (--passes) and their systems, all on the same device arrays, each checked first.
 G is a random upstream gradient d loss / d out; edge e goes from src(e) to dst(e).
   forward   out = A @ X, checked against cuSPARSE
-    ngra fused_gather           src_mul_edge + sum over a schedule built once per graph
-    ngra fused_gather (op)      the TF op's per-call path: device checks (one sync), schedule, kernels
+    ngra fused_gather           src_mul_edge + sum over the schedule of the graph's plan, made once
+    ngra fused_gather (op)      the TF op's per-call path given the graph's plan (NgraPrepareGraph):
+                                host checks of the shapes, then the kernels
+    ngra fused_gather (op, no plan)  the same op without a plan: device checks (one sync), a fresh
+                                schedule, kernels, on every call
     cuSPARSE SpMM (CuPy)        cupyx.scipy.sparse.csr_matrix @ dense
     torch.sparse.mm             a CUDA CSR tensor @ dense
   dx        d/dX = A^T @ G, checked against cuSPARSE
@@ -259,8 +262,8 @@ def load_library(archs, out, verbose=False, defines=()):
     lib.ngra_bench_create.restype = p
     lib.ngra_bench_create.argtypes = [p, ctypes.c_int, i64, i64, i64, p, p, p, p, p, i64, i64]
     lib.ngra_bench_destroy.argtypes = [p]
-    for name in ("ngra_bench_spmm", "ngra_bench_spmm_op", "ngra_bench_grad_src", "ngra_bench_grad_weight",
-                 "ngra_bench_gate", "ngra_bench_gate_code"):
+    for name in ("ngra_bench_spmm", "ngra_bench_spmm_op", "ngra_bench_spmm_op_cold", "ngra_bench_grad_src",
+                 "ngra_bench_grad_weight", "ngra_bench_gate", "ngra_bench_gate_code"):
         getattr(lib, name).argtypes = [p, p, p, i64, p]
         getattr(lib, name).restype = ctypes.c_int
     lib.ngra_bench_schedule_counts.argtypes = [p, ctypes.c_int, ctypes.POINTER(i64)]
@@ -325,6 +328,8 @@ class Case:
         systems = {
             "ngra fused_gather": lambda: self._ngra("ngra_bench_spmm", self.x, self.weight, self.out),
             "ngra fused_gather (op)": lambda: self._ngra("ngra_bench_spmm_op", self.x, self.weight, self.out),
+            "ngra fused_gather (op, no plan)": lambda: self._ngra("ngra_bench_spmm_op_cold", self.x, self.weight,
+                                                                  self.out),
             "cuSPARSE SpMM (CuPy)": lambda: self.matrix @ self.x,
         }
         if torch is not None:

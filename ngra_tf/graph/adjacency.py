@@ -46,7 +46,7 @@ class Adjacency:
     """Immutable CSC + CSR index arrays of a set of edges."""
 
     __slots__ = ("num_src", "num_dst", "csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge",
-                 "_tensors", "_dst")
+                 "_tensors", "_dst", "_plan")
 
     def __init__(self, num_src, num_dst, csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge):
         self.num_src = int(num_src)
@@ -60,6 +60,7 @@ class Adjacency:
             array.flags.writeable = False
         self._tensors = None
         self._dst = None
+        self._plan = None
 
     @classmethod
     def from_coo(cls, src: np.ndarray, dst: np.ndarray, num_src: int, num_dst: int):
@@ -129,6 +130,15 @@ class Adjacency:
                 )
         return self._tensors
 
+    def plan(self, prepare):
+        """prepare(self.tensors()) (NgraPrepareGraph's plan, ngra_tf.ops.propagation.graph_plan), made once,
+        eagerly, where the ops would place it: the fused ops then reuse the walks' schedules rather than
+        checking these arrays and scheduling them again on every call."""
+        if self._plan is None:
+            with tf.init_scope():
+                self._plan = prepare(self.tensors())
+        return self._plan
+
     def __repr__(self):
         return f"Adjacency(num_src={self.num_src}, num_dst={self.num_dst}, num_edges={self.num_edges})"
 
@@ -143,11 +153,18 @@ class LoadedAdjacency:
     Adjacency.
     """
 
-    __slots__ = ("_tensors",)
+    __slots__ = ("_tensors", "_plan")
     num_src = num_dst = num_edges = None  # known only at run time
 
-    def __init__(self, tensors: AdjacencyTensors):
+    def __init__(self, tensors: AdjacencyTensors, plan=None):
         self._tensors = AdjacencyTensors(*tensors)
+        self._plan = plan
+
+    def plan(self, prepare):
+        """The plan its loader made with the arrays (see Adjacency.plan), or None: a loop does not prepare
+        a chunk per op call, which is what the plan saves."""
+        del prepare
+        return self._plan
 
     @property
     def index_dtype(self):

@@ -40,6 +40,7 @@ from ngra_tf.graph.adjacency import LoadedAdjacency
 from ngra_tf.ops import generated, reference
 from ngra_tf.ops._loader import library
 from ngra_tf.ops.generated import CODE_REDUCES
+from ngra_tf.ops.propagation import graph_plan
 
 # The order of EdgeOpcode in ops/kernels/edge_code.h (tests/ops/test_generated.py checks it).
 LOADS = ("load_src", "load_dst", "load_edge", "load_src_typed")
@@ -181,7 +182,8 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
         kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
         out, aux = lib.ngra_edge_code(
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
-            *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, reduce=reduce, kernel=kernel,
+            *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, graph_plan(adjacency),
+            reduce=reduce, kernel=kernel,
             **code.attrs())
     return (out, aux) if return_aux else out
 
@@ -206,7 +208,7 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
     args = [grad, tf.zeros([0], adjacency.index_dtype) if aux is None else aux,
             tf.zeros([0], dtype) if state is None else state,
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
-            *adjacency.tensors()]
+            *adjacency.tensors(), graph_plan(adjacency)]
     kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
     return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, kernel=kernel, **code.attrs())
                  if code.reads(side) else None

@@ -33,9 +33,8 @@ def _mean_scaled(grad, indptr):
     return grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
 
 
-def _init_grad(op, grad, reduce):
-    """d/d init (the op's last input): grad, masked to where no edge won for max/min; None without init."""
-    index = len(op.inputs) - 1
+def _init_grad(op, grad, reduce, index):
+    """d/d init (input `index`): grad, masked to where no edge won for max/min; None without init."""
     init = op.inputs[index]
     if init.shape.num_elements() == 0 or index in _skipped(op):
         return None
@@ -49,7 +48,7 @@ def _init_grad(op, grad, reduce):
 def _gather_grad(op, grad, _):
     values, indptr, edge_ids, _ = op.inputs
     reduce = _attr(op, "reduce")
-    d_init = _init_grad(op, grad, reduce)
+    d_init = _init_grad(op, grad, reduce, 3)
     if reduce in ("max", "min"):
         d_values = library().ngra_gather_grad_arg(grad, op.outputs[1], indptr, edge_ids)
     else:
@@ -73,7 +72,7 @@ def _fused_gather_grad(op, grad, _):
     program, reduce = _attr(op, "program"), _attr(op, "reduce")
     spec = PROGRAMS[program]
     skipped = _skipped(op)
-    args = [grad, op.outputs[1], *list(op.inputs)[:9]]  # the operands and index arrays, not init
+    args = [grad, op.outputs[1], *list(op.inputs)[:9], op.inputs[-1]]  # operands, index arrays, plan; not init
 
     def wrt(name, index, used):
         if not used or index in skipped:
@@ -86,7 +85,7 @@ def _fused_gather_grad(op, grad, _):
         wrt("x_src", 0, True),
         wrt("x_dst", 1, spec.uses_dst),
         wrt("edge_weight", 2, spec.uses_weight),
-    ] + [None] * 6 + [_init_grad(op, grad, reduce)]
+    ] + [None] * 6 + [_init_grad(op, grad, reduce, 9), None]
 
 
 @tf.RegisterGradient("NgraEdgeCode")
@@ -97,7 +96,7 @@ def _edge_code_grad(op, grad, _):
     softmax = reduce == "softmax"
     operands = list(op.inputs)[:11]  # not init
     state = op.outputs[0] if softmax else tf.zeros([0], grad.dtype)
-    args = [grad, op.outputs[1], state, *operands]
+    args = [grad, op.outputs[1], state, *operands, op.inputs[-1]]  # and the plan
 
     loads = set(attrs["code"][0::4])  # opcodes: 0 source, 1 destination, 2 edge, 3 typed source
 
@@ -117,8 +116,8 @@ def _edge_code_grad(op, grad, _):
             d_init = softmax_init_grad(grad, init, op.outputs[0], width if width is not None else
                                        tf.shape(op.inputs[5])[1])
     else:
-        d_init = _init_grad(op, grad, reduce)
-    return [wrt("x_src", 0), wrt("x_dst", 1), wrt("edge_data", 2)] + [None] * 8 + [d_init]
+        d_init = _init_grad(op, grad, reduce, 11)
+    return [wrt("x_src", 0), wrt("x_dst", 1), wrt("edge_data", 2)] + [None] * 8 + [d_init, None]
 
 
 # Copies: the gradient travels back the way the data came.

@@ -101,6 +101,24 @@ def _empty(dtype):
     return tf.zeros([0], dtype)
 
 
+def gpu_visible() -> bool:
+    """Whether TensorFlow sees a GPU, where the fused ops place themselves by default."""
+    return bool(tf.config.list_logical_devices("GPU"))
+
+
+def prepare_graph(tensors):
+    """NgraPrepareGraph of an adjacency's five index arrays (AdjacencyTensors), on the current device: the
+    fused ops' checks of them, once, and on a GPU the walks' schedules in one int8 tensor."""
+    return library().ngra_prepare_graph(*tensors)
+
+
+def graph_plan(adjacency):
+    """The plan the fused ops take with adjacency's arrays: its prepared one (made once per Adjacency, or by
+    the loader of a LoadedAdjacency) where a GPU is visible, else empty (the CPU ops use none)."""
+    plan = adjacency.plan(prepare_graph) if gpu_visible() else None
+    return _empty(tf.int8) if plan is None else plan
+
+
 def _num_dst(adjacency):
     """The destination count: an int, or a tensor for a LoadedAdjacency."""
     return adjacency.num_dst if adjacency.num_dst is not None else adjacency.num_dst_tensor()
@@ -271,6 +289,7 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
             _empty(tf.int32) if f.types is None else f.types,
             *adjacency.tensors(),
             _empty(compute) if f.init is None else f.init,
+            graph_plan(adjacency),
             program=program,
             reduce=reduce,
         )
@@ -313,7 +332,7 @@ def fused_gather_grads(graph, grad, x_src, x_dst=None, edge_data=None, program="
             argedge = _empty(f.adjacency.index_dtype)
         args = [grad, argedge, f.x_src, _empty(compute) if f.x_dst is None else f.x_dst,
                 _empty(compute) if f.weight is None else f.weight, _empty(tf.int32) if f.types is None else f.types,
-                *f.adjacency.tensors()]
+                *f.adjacency.tensors(), graph_plan(f.adjacency)]
         d_operands = [lib.ngra_fused_gather_grad(*args, program=program, reduce=reduce, wrt=name) if used else None
                       for name, used in (("x_src", True), ("x_dst", spec.uses_dst), ("edge_weight", spec.uses_weight))]
     wanted = [(t, d) for t, d in zip(operands, d_operands) if t is not None and d is not None]

@@ -4,7 +4,10 @@
 lists: one per index array (and the edge data), element k chunk k's array, so
 a loop iteration reads chunk k out of them without copying its edges (a list
 element is the tensor itself; a slice of one concatenated tensor would copy
-it, on every access). The store reader (ngra_tf.store.reader.StoreReader)
+it, on every access). Where a GPU is visible each chunk is also prepared
+once (NgraPrepareGraph: its walks' schedules, position-free bytes), and the
+plans are packed the same way, so that no fused op of a loop checks and
+schedules its chunk again. The store reader (ngra_tf.store.reader.StoreReader)
 answers the same `chunk(k)` with ops that read chunk k's files when the
 iteration runs.
 """
@@ -16,6 +19,7 @@ import tensorflow as tf
 
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
+from ngra_tf.ops.propagation import gpu_visible, prepare_graph
 
 INDEX_ARRAYS = AdjacencyTensors._fields
 
@@ -51,6 +55,7 @@ class PackedChunks:
                 sample = partition.chunk(0, 0).edge_data
                 arrays = [np.zeros((0,) + sample.shape[1:], sample.dtype) if d is None else d for d in data]
                 self.lists["edge_data"] = _tensor_list(arrays, tf.as_dtype(sample.dtype))
+        self._plans = _prepared(pieces, index_dtype, device) if gpu_visible() else None
         self.index_dtype = tf.as_dtype(index_dtype)
         self._partition, self._wanted, self._device = partition, wanted, device
         self._ids = None  # the edge ids' list, packed when a layer first reads them
@@ -61,12 +66,12 @@ class PackedChunks:
     def chunk(self, k, step=None) -> LoadedChunk:
         """Chunk k's arrays (elements of the lists: no copy). `step`, the loop's step, is not needed here."""
         arrays = {}
-        for name, (dtype, handle) in self.lists.items():
-            value = tf.raw_ops.TensorListGetItem(input_handle=handle, index=tf.cast(k, tf.int32),
-                                                 element_shape=tf.constant(-1, tf.int32), element_dtype=dtype)
+        for name, packed in self.lists.items():
+            value = _item(packed, k)
             value.set_shape(self._row_shapes[name])
             arrays[name] = value
-        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS))),
+        plan = None if self._plans is None else _item(self._plans, k)
+        return LoadedChunk(LoadedAdjacency(AdjacencyTensors(*(arrays[name] for name in INDEX_ARRAYS)), plan),
                            arrays.get("edge_data"), lambda: self._edge_ids(k))
 
     def _edge_ids(self, k):
@@ -76,11 +81,31 @@ class PackedChunks:
                    else np.zeros(0, np.int64) for c in range(P * P)]
             with tf.init_scope(), tf.device(self._device or "/cpu:0"):
                 self._ids = _tensor_list(ids, tf.int64)
-        dtype, handle = self._ids
-        value = tf.raw_ops.TensorListGetItem(input_handle=handle, index=tf.cast(k, tf.int32),
-                                             element_shape=tf.constant(-1, tf.int32), element_dtype=dtype)
+        value = _item(self._ids, k)
         value.set_shape([None])
         return value
+
+
+def _item(packed, k):
+    """Element k of a packed (dtype, handle) tensor list: the tensor itself, no copy."""
+    dtype, handle = packed
+    return tf.raw_ops.TensorListGetItem(input_handle=handle, index=tf.cast(k, tf.int32),
+                                        element_shape=tf.constant(-1, tf.int32), element_dtype=dtype)
+
+
+def _prepared(pieces, index_dtype, device):
+    """The packed chunks' plans (NgraPrepareGraph, made eagerly on the device the fused ops default to) as a
+    tensor list on `device`; an empty plan for a chunk not packed."""
+    plans = []
+    with tf.init_scope():
+        for k in range(len(pieces[INDEX_ARRAYS[0]])):
+            if pieces[INDEX_ARRAYS[0]][k] is None:
+                plans.append(np.zeros(0, np.int8))
+                continue
+            arrays = [tf.constant(pieces[name][k].astype(index_dtype, copy=False)) for name in INDEX_ARRAYS]
+            plans.append(prepare_graph(arrays).numpy())
+        with tf.device(device or "/cpu:0"):
+            return _tensor_list(plans, tf.int8)
 
 
 def _tensor_list(arrays, dtype):

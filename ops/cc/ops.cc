@@ -168,6 +168,7 @@ take over grad's buffer.
 REGISTER_OP("NgraFusedGather")
     .NGRA_FUSED_GATHER_INPUTS
     .Input("init: T")
+    .Input("plan: int8")
     .Output("output: T")
     .Output("argedge: Tindex")
     .NGRA_FUSED_GATHER_ATTRS
@@ -186,13 +187,15 @@ REGISTER_OP("NgraFusedGather")
     .Doc(R"doc(
 output[v] = reduce over edges e = (u -> v) of program(x_src[u], x_dst[v],
 edge_weight[e] or edge_type[e]), walking the CSC arrays; the CSR arrays are
-carried for the gradient. init and argedge as in NgraGather.
+carried for the gradient. init and argedge as in NgraGather. plan: empty, or
+NgraPrepareGraph's of these index arrays (see there).
 )doc");
 
 REGISTER_OP("NgraFusedGatherGrad")
     .Input("grad: T")
     .Input("argedge: Tindex")
     .NGRA_FUSED_GATHER_INPUTS
+    .Input("plan: int8")
     .Output("output: T")
     .NGRA_FUSED_GATHER_ATTRS
     .Attr("wrt: {'x_src', 'x_dst', 'edge_weight'}")
@@ -239,6 +242,7 @@ REGISTER_OP("NgraFusedGatherGrad")
 REGISTER_OP("NgraEdgeCode")
     .NGRA_EDGE_CODE_INPUTS
     .Input("init: T")
+    .Input("plan: int8")
     .Output("output: T")
     .Output("aux: Tindex")
     .NGRA_EDGE_CODE_ATTRS
@@ -261,7 +265,8 @@ CSR arrays are carried for the gradient. init and aux (argedge for max/min)
 as in NgraGather. reduce=softmax is attention: the message is
 softmax(score) * value over each destination's in-edges, and output rows
 are the online-softmax state [acc | sum | m] (3 x width), which chains
-through init across chunks; the result is acc / sum.
+through init across chunks; the result is acc / sum. plan as in
+NgraFusedGather.
 )doc");
 
 REGISTER_OP("NgraEdgeCodeGrad")
@@ -269,6 +274,7 @@ REGISTER_OP("NgraEdgeCodeGrad")
     .Input("aux: Tindex")
     .Input("state: T")
     .NGRA_EDGE_CODE_INPUTS
+    .Input("plan: int8")
     .Output("output: T")
     .NGRA_EDGE_CODE_ATTRS
     .Attr("wrt: {'x_src', 'x_dst', 'edge_data'}")
@@ -286,6 +292,28 @@ aux is the forward's argedge (max/min), state its finished softmax state
 
 #undef NGRA_EDGE_CODE_INPUTS
 #undef NGRA_EDGE_CODE_ATTRS
+
+REGISTER_OP("NgraPrepareGraph")
+    .Input("csc_indptr: Tindex")
+    .Input("csc_src: Tindex")
+    .Input("csr_indptr: Tindex")
+    .Input("csr_dst: Tindex")
+    .Input("csr_edge: Tindex")
+    .Output("plan: int8")
+    .Attr("Tindex: {int32, int64}")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+Checks an adjacency's five index arrays once, as every fused op would on
+each call, and returns what the fused ops may then reuse instead of
+rebuilding it per call: on a GPU, the walks' schedules (degree order, hub
+splits) in one block, whose size follows from the graph's sizes; on the CPU,
+where the ops need no schedule, an empty plan. A fused op given a non-empty
+plan checks only the arrays' shapes: the plan vouches for their values, so
+pass it only with the very arrays it was made of.
+)doc");
 
 // Explicit data movement (NGra §3.1). Each is a real copy; the byte counters
 // feed the streaming and ring measurements.

@@ -27,6 +27,7 @@
 #include "ops/kernels/propagate.h"
 #include "ops/kernels/reducers.h"
 #include "ops/kernels/segments.h"
+#include "ops/cuda/schedule.h"
 
 namespace ngra {
 namespace gpu {
@@ -102,6 +103,16 @@ inline WalkConfig PerEdgeWalk(const WalkConfig& config) {
   return WalkConfig{config.max_chunk < kPerEdgeChunk ? config.max_chunk : kPerEdgeChunk};
 }
 
+// A graph's three walks, prepared once (PrepareGraph below); absent
+// (present() false) when every call builds its own.
+template <typename Index>
+struct GraphPlan {
+  Schedule<Index> forward;   // the CSC walk: forward and d/dx_dst
+  Schedule<Index> backward;  // the CSR walk: d/dx_src
+  Schedule<Index> per_edge;  // the CSC walk of per-edge outputs (d/dweight), PerEdgeWalk's chunks
+  bool present() const { return forward.counts != nullptr; }
+};
+
 // ---- Validation of device-resident index arrays ----
 //
 // The checks are those of the CPU ops (ops/cc/op_util.h), with the same
@@ -119,6 +130,9 @@ class Validator {
   // indptr of `length` >= 1 entries: indptr[0] == 0 and never decreasing.
   // Returns a handle for Last().
   int Indptr(const std::string& name, const Index* indptr, int64_t length);
+  // An indptr checked before (a prepared graph's): no device check, and
+  // Last() is `last`, known on the host.
+  int KnownIndptr(const Index* indptr, int64_t length, int64_t last);
   // ids[i] in [lower, bound) for i < count. With bound_indptr >= 0 the bound
   // is Last(bound_indptr) instead (a device value).
   void Ids(const std::string& name, const Index* ids, int64_t count, int64_t lower, int64_t bound,
@@ -134,16 +148,20 @@ class Validator {
   void Host(std::function<std::string()> check);
   // indptr[length - 1] of an Indptr check; valid in Host checks and after Finish().
   int64_t Last(int indptr) const;
+  // Waits for the device checks (none added: no wait at all), then judges
+  // every check in order.
   std::string Finish();
 
  private:
   struct Check;
   Check* AddDeviceCheck(int kind, const std::string& name, const void* data);
+  bool Status();  // allocates the device status at the first device check
   const Backend& backend_;
   int64_t* status_ = nullptr;  // device: first bad position per slot, then the indptr last values
   std::vector<int64_t> host_status_;
   std::vector<Check> checks_;
-  std::vector<int64_t> lengths_;  // per Indptr handle
+  std::vector<int64_t> lengths_;     // per Indptr handle
+  std::vector<int64_t> known_last_;  // per Indptr handle: its last value if known on the host, else -1
   std::vector<const Index*> indptr_data_;
   int slots_ = 0;
   std::string error_;  // an allocation failure, reported by Finish()
@@ -189,6 +207,7 @@ struct FusedProblem {
   Segments<Index> csr;  // backward walk; csr.edge_ids maps to edge ids
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
   const T* init = nullptr;  // [num_dst, width]: where the forward reduction starts (may be out), or null
+  GraphPlan<Index> plan;    // the graph's prepared schedules, if it has them
 };
 
 // NgraFusedGather: out [num_dst, width]; argedge [num_dst, width] for max/min.
@@ -218,6 +237,7 @@ struct EdgeCodeProblem {
   Segments<Index> csr;           // d/dx_src walk; csr.edge_ids maps to edge ids
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
   const T* init = nullptr;  // shaped like out: where the forward starts (may be out), or null
+  GraphPlan<Index> plan;    // the graph's prepared schedules, if it has them
 };
 
 // NgraEdgeCode: out [num_dst, width] ([num_dst, 3 * width] for softmax);
@@ -235,18 +255,58 @@ std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Ind
                             const T* grad, const Index* argedge, const T* state, T* out,
                             const WalkConfig& config = {});
 
+// ---- A graph prepared once: checked, with its schedules ----
+//
+// Every fused op call over the same adjacency would check its index arrays
+// on the device (one synchronisation) and build the same schedules again.
+// PrepareGraph does both once, into one block of device memory that the
+// caller keeps with the graph (NgraPrepareGraph returns it as a tensor, as a
+// partition keeps its CSC and CSR); PlanOf finds the schedules in that block
+// from the graph's sizes, on the host. An op given the plan then checks only
+// shapes, on the host, and launches its kernels without waiting.
+
+// Bytes of the plan block of a graph with these sizes.
+template <typename Index>
+int64_t PlanBytes(int64_t num_src, int64_t num_dst, int64_t num_edges, const WalkConfig& config = {}) {
+  const int64_t words = ScheduleWords(num_dst, num_edges, config.max_chunk) +
+                        ScheduleWords(num_src, num_edges, config.max_chunk) +
+                        ScheduleWords(num_dst, num_edges, PerEdgeWalk(config).max_chunk);
+  return words * static_cast<int64_t>(sizeof(Index));
+}
+
+// The three schedules kept in `block` (PlanBytes of it), made for a graph of
+// these sizes by PrepareGraph with the same config.
+template <typename Index>
+GraphPlan<Index> PlanOf(const void* block, int64_t num_src, int64_t num_dst, int64_t num_edges,
+                        const WalkConfig& config = {}) {
+  Index* words = static_cast<Index*>(const_cast<void*>(block));
+  const int64_t chunk = config.max_chunk, edge_chunk = PerEdgeWalk(config).max_chunk;
+  GraphPlan<Index> plan;
+  plan.forward = ScheduleAt(words, num_dst, num_edges, chunk);
+  words += ScheduleWords(num_dst, num_edges, chunk);
+  plan.backward = ScheduleAt(words, num_src, num_edges, chunk);
+  words += ScheduleWords(num_src, num_edges, chunk);
+  plan.per_edge = ScheduleAt(words, num_dst, num_edges, edge_chunk);
+  return plan;
+}
+
+// Builds the three schedules of a checked graph (ValidateGraph, validate.h)
+// into `block` on the backend's device, without waiting for it. The caller
+// keeps the block as long as the plan is used.
+template <typename Backend, typename Index>
+std::string PrepareGraph(const Backend& backend, const Segments<Index>& csc, const Segments<Index>& csr,
+                         int64_t num_edges, void* block, const WalkConfig& config = {});
+
 // ---- For benchmarks: the schedule built once, then only the kernel timed ----
 
-template <typename Index>
-struct Schedule;  // schedule.h
-
 // Builds the degree-sorted, chunked schedule of `seg` (num_positions =
-// indptr[-1], already validated) in memory from backend.allocate, on the
-// device and without waiting for it; *schedule stays valid as long as that
-// memory does. The caller selects the device (DeviceScope).
+// indptr[-1], already validated) on the device and without waiting for it:
+// its arrays into `kept` (ScheduleWords of it), or with kept null into memory
+// from backend.allocate, its temporaries always there; *schedule stays valid
+// as long as that memory does. The caller selects the device (DeviceScope).
 template <typename Backend, typename Index>
 std::string BuildSchedule(const Backend& backend, const Segments<Index>& seg, int64_t num_positions,
-                          const WalkConfig& config, Schedule<Index>* schedule);
+                          const WalkConfig& config, Schedule<Index>* schedule, Index* kept = nullptr);
 
 // RunFusedGather over a prebuilt schedule of problem.csc.
 template <typename Backend, typename T, typename Index>

@@ -125,7 +125,8 @@ std::string RunEdgeCode(const Backend& backend, const EdgeCodeProblem<T, Index>&
   EdgeCode<T> p;
   NGRA_GPU_RETURN_IF_ERROR(UploadProgram(backend, scratch, problem.program, problem.num_tables, &p));
   Schedule<Index> schedule;
-  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, problem.csc, problem.num_edges, config, &schedule));
+  NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, problem.plan.present() ? &problem.plan.forward : nullptr,
+                                        problem.csc, problem.num_edges, config, &schedule));
   return RunEdgeCodeScheduled(backend, problem, p, schedule, out, argedge);
 }
 
@@ -172,7 +173,8 @@ std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Ind
   const Segments<Index>& walked = side == kLoadSrc ? problem.csr : problem.csc;
   Schedule<Index> schedule;
   const WalkConfig walk = side == kLoadEdge ? PerEdgeWalk(config) : config;
-  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, walked, problem.num_edges, walk, &schedule));
+  NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, PlannedWalk(problem.plan, wrt), walked, problem.num_edges, walk,
+                                        &schedule));
   const Geometry geo = GeometryFor(columns, 1);
 
   auto run = [&](auto seed_tag) -> std::string {

@@ -18,7 +18,12 @@
   Prefix template class Validator<Backend, Index>;                                                      \
   Prefix template std::string BuildSchedule<Backend, Index>(                                            \
       const Backend&, const Segments<Index>&, int64_t, const WalkConfig&,                       \
-      Schedule<Index>*);                                                                                \
+      Schedule<Index>*, Index*);                                                                        \
+  Prefix template std::string PrepareGraph<Backend, Index>(                                             \
+      const Backend&, const Segments<Index>&, const Segments<Index>&, int64_t, void*,           \
+      const WalkConfig&);                                                                               \
+  Prefix template std::string ValidateGraph<Backend, Index>(                                            \
+      const Backend&, const GraphInputs&, int64_t*, int64_t*, int64_t*);                              \
   Prefix template std::string ValidateGather<Backend, Index>(                                           \
       const Backend&, const TensorInfo&, const TensorInfo&,                                \
       const TensorInfo&, Checked*);                                                        \

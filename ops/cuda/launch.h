@@ -102,13 +102,18 @@ struct Validator<Backend, Index>::Check {
 };
 
 template <typename Backend, typename Index>
-Validator<Backend, Index>::Validator(const Backend& backend) : backend_(backend) {
+Validator<Backend, Index>::Validator(const Backend& backend) : backend_(backend) {}
+
+template <typename Backend, typename Index>
+bool Validator<Backend, Index>::Status() {
+  if (status_ != nullptr) return true;
   status_ = static_cast<int64_t*>(backend_.allocate(2 * kMaxSlots * sizeof(int64_t)));
   if (status_ == nullptr) {
-    error_ = "out of device memory for argument checks";
-    return;
+    if (error_.empty()) error_ = "out of device memory for argument checks";
+    return false;
   }
   Memset(backend_, status_, 0x7f, 2 * kMaxSlots * sizeof(int64_t));
+  return true;
 }
 
 // Records a device check and gives it the next status slot; null (and the
@@ -117,7 +122,7 @@ Validator<Backend, Index>::Validator(const Backend& backend) : backend_(backend)
 template <typename Backend, typename Index>
 typename Validator<Backend, Index>::Check* Validator<Backend, Index>::AddDeviceCheck(int kind, const std::string& name,
                                                                                   const void* data) {
-  if (!error_.empty()) return nullptr;
+  if (!error_.empty() || !Status()) return nullptr;
   if (slots_ >= kMaxSlots) {
     error_ = "too many argument checks for one validator";
     return nullptr;
@@ -135,6 +140,7 @@ template <typename Backend, typename Index>
 int Validator<Backend, Index>::Indptr(const std::string& name, const Index* indptr, int64_t length) {
   const int handle = static_cast<int>(lengths_.size());
   lengths_.push_back(length);
+  known_last_.push_back(-1);
   indptr_data_.push_back(indptr);
   if (handle >= kMaxSlots) {
     error_ = "too many indptr checks for one validator";
@@ -148,14 +154,26 @@ int Validator<Backend, Index>::Indptr(const std::string& name, const Index* indp
 }
 
 template <typename Backend, typename Index>
+int Validator<Backend, Index>::KnownIndptr(const Index* indptr, int64_t length, int64_t last) {
+  const int handle = static_cast<int>(lengths_.size());
+  lengths_.push_back(length);
+  known_last_.push_back(last);
+  indptr_data_.push_back(indptr);
+  return handle;
+}
+
+template <typename Backend, typename Index>
 void Validator<Backend, Index>::Ids(const std::string& name, const Index* ids, int64_t count, int64_t lower,
                                    int64_t bound, int bound_indptr) {
   Check* c = AddDeviceCheck(Check::kIds, name, ids);
   if (c == nullptr) return;
   c->lower = lower;
+  const bool known = bound_indptr >= 0 && bound_indptr < static_cast<int>(known_last_.size()) &&
+                     known_last_[bound_indptr] >= 0;
+  if (known) bound = known_last_[bound_indptr];
   c->bound = bound;
-  c->bound_indptr = bound_indptr;
-  const int64_t* bound_at = bound_indptr >= 0 ? status_ + kMaxSlots + bound_indptr : nullptr;
+  c->bound_indptr = known ? -1 : bound_indptr;
+  const int64_t* bound_at = c->bound_indptr >= 0 ? status_ + kMaxSlots + bound_indptr : nullptr;
   Launch(backend_, RangeCheckBody<Index>{ids, lower, bound, bound_at, status_, c->slot}, count);
 }
 
@@ -223,7 +241,9 @@ void Validator<Backend, Index>::Host(std::function<std::string()> check) {
 
 template <typename Backend, typename Index>
 int64_t Validator<Backend, Index>::Last(int indptr) const {
-  if (host_status_.empty() || indptr < 0 || indptr >= static_cast<int>(lengths_.size())) return -1;
+  if (indptr < 0 || indptr >= static_cast<int>(lengths_.size())) return -1;
+  if (known_last_[indptr] >= 0) return known_last_[indptr];
+  if (host_status_.empty()) return -1;
   return host_status_[kMaxSlots + indptr];
 }
 
@@ -240,7 +260,9 @@ std::string Validator<Backend, Index>::Finish() {
   if (!error_.empty()) return error_;
   NGRA_GPU_RETURN_IF_ERROR(LastError(backend_));
   host_status_.assign(2 * kMaxSlots, kClean);
-  NGRA_GPU_RETURN_IF_ERROR(CopyToHost(backend_, host_status_.data(), status_, host_status_.size() * sizeof(int64_t)));
+  if (status_ != nullptr) {  // the one synchronisation
+    NGRA_GPU_RETURN_IF_ERROR(CopyToHost(backend_, host_status_.data(), status_, host_status_.size() * sizeof(int64_t)));
+  }
   auto str = [](int64_t v) { return std::to_string(v); };
   for (const Check& c : checks_) {
     if (c.kind == Check::kHost) {
@@ -280,29 +302,29 @@ std::string Validator<Backend, Index>::Finish() {
 
 template <typename Backend, typename Index>
 std::string BuildSchedule(const Backend& backend, const Segments<Index>& seg, int64_t num_positions,
-                          const WalkConfig& config, Schedule<Index>* schedule) {
+                          const WalkConfig& config, Schedule<Index>* schedule, Index* kept) {
   if (config.max_chunk < 1) return "max_chunk must be >= 1";
   const int64_t n = seg.num_segments;
-  Schedule<Index> s;
-  s.num_segments = n;
-  s.chunk = config.max_chunk;
-  ScheduleBounds(n, num_positions, s.chunk, &s.max_split, &s.max_slots, &s.max_items);
-  if (s.max_items > static_cast<int64_t>(std::numeric_limits<Index>::max())) {
+  int64_t max_split, max_slots, max_items;
+  ScheduleBounds(n, num_positions, config.max_chunk, &max_split, &max_slots, &max_items);
+  if (max_items > static_cast<int64_t>(std::numeric_limits<Index>::max())) {
     return "the graph has too many segments and edges for 32-bit indices in the GPU schedule; use int64 indices";
   }
   Scratch<Backend> scratch(backend);
+  if (kept == nullptr) kept = scratch.template Get<Index>(ScheduleWords(n, num_positions, config.max_chunk));
   uint32_t* keys = scratch.template Get<uint32_t>(2 * n);
-  Index* ids = scratch.template Get<Index>(6 * n);
-  WorkItem<Index>* items = scratch.template Get<WorkItem<Index>>(s.max_items);
-  Index* totals = scratch.template Get<Index>(3);
+  Index* ids = scratch.template Get<Index>(4 * n);
   NGRA_GPU_RETURN_IF_ERROR(scratch.error());
+  Schedule<Index> s = ScheduleAt(kept, n, num_positions, config.max_chunk);
+  Index* totals = kept;  // s.counts
   Memset(backend, totals, 0, 3 * sizeof(Index));
   if (n > 0) {
-    Index* order = ids + n;
-    Index* counts = ids + 2 * n;
-    Index* split_counts = ids + 3 * n;
-    Index* item_start = ids + 4 * n;
-    Index* slot_start = ids + 5 * n;
+    Index* order = kept + 3;
+    Index* slot_start = order + n;
+    auto* items = reinterpret_cast<WorkItem<Index>*>(slot_start + n);
+    Index* counts = ids + n;
+    Index* split_counts = ids + 2 * n;
+    Index* item_start = ids + 3 * n;
     Launch(backend, DegreeKeysBody<Index>{seg.indptr, n, s.chunk, keys, ids}, n);
     int end_bit = 1;
     while (end_bit < 32 && (int64_t{1} << end_bit) <= s.chunk + 1) ++end_bit;
@@ -311,13 +333,42 @@ std::string BuildSchedule(const Backend& backend, const Segments<Index>& seg, in
     NGRA_GPU_RETURN_IF_ERROR(ExclusiveSum(backend, counts, item_start, n));
     NGRA_GPU_RETURN_IF_ERROR(ExclusiveSum(backend, split_counts, slot_start, n));
     Launch(backend, ExpandItemsBody<Index>{order, counts, item_start, slot_start, n, items, totals}, n);
-    s.order = order;
-    s.slot_start = slot_start;
   }
-  s.items = items;
-  s.counts = totals;
   *schedule = s;
   return LastError(backend);
+}
+
+template <typename Backend, typename Index>
+std::string PrepareGraph(const Backend& backend, const Segments<Index>& csc, const Segments<Index>& csr,
+                         int64_t num_edges, void* block, const WalkConfig& config) {
+  DeviceScope scope(backend);
+  NGRA_GPU_RETURN_IF_ERROR(scope.error());
+  Index* words = static_cast<Index*>(block);
+  const WalkConfig per_edge = PerEdgeWalk(config);
+  Schedule<Index> s;
+  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, csc, num_edges, config, &s, words));
+  words += ScheduleWords(csc.num_segments, num_edges, config.max_chunk);
+  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, csr, num_edges, config, &s, words));
+  words += ScheduleWords(csr.num_segments, num_edges, config.max_chunk);
+  return BuildSchedule(backend, csc, num_edges, per_edge, &s, words);
+}
+
+// A prepared graph's schedule of the walk that computes d/d`wrt`; null without a plan.
+template <typename Index>
+const Schedule<Index>* PlannedWalk(const GraphPlan<Index>& plan, Wrt wrt) {
+  if (!plan.present()) return nullptr;
+  return wrt == Wrt::kXSrc ? &plan.backward : wrt == Wrt::kXDst ? &plan.forward : &plan.per_edge;
+}
+
+// The schedule of one walk: the prepared graph's, else built now.
+template <typename Backend, typename Index>
+std::string WalkSchedule(const Backend& backend, const Schedule<Index>* prepared, const Segments<Index>& seg,
+                         int64_t num_positions, const WalkConfig& config, Schedule<Index>* schedule) {
+  if (prepared != nullptr) {
+    *schedule = *prepared;
+    return "";
+  }
+  return BuildSchedule(backend, seg, num_positions, config, schedule);
 }
 
 // ---- Walks ----
@@ -463,7 +514,8 @@ std::string RunFusedGather(const Backend& backend, const FusedProblem<T, Index>&
   NGRA_GPU_RETURN_IF_ERROR(scope.error());
   if (problem.num_dst == 0 || problem.in.width == 0) return "";
   Schedule<Index> schedule;
-  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, problem.csc, problem.num_edges, config, &schedule));
+  NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, problem.plan.present() ? &problem.plan.forward : nullptr,
+                                        problem.csc, problem.num_edges, config, &schedule));
   return RunFusedGatherScheduled(backend, problem, schedule, out, argedge);
 }
 
@@ -518,7 +570,8 @@ std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Ind
   if (walked.num_segments == 0) return LastError(backend);
   Schedule<Index> schedule;
   const WalkConfig walk = wrt == Wrt::kEdgeWeight ? PerEdgeWalk(config) : config;
-  NGRA_GPU_RETURN_IF_ERROR(BuildSchedule(backend, walked, problem.num_edges, walk, &schedule));
+  NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, PlannedWalk(problem.plan, wrt), walked, problem.num_edges, walk,
+                                        &schedule));
 
   return WithProgram(problem.program, [&](auto program) {
     using P = decltype(program);

@@ -210,11 +210,15 @@ class InitGradGpuOp : public OpKernel {
 
 // ---- NgraFusedGather and its gradient ----
 
+// The plan is each fused op's last input.
+TensorInfo PlanOf(OpKernelContext* ctx) { return Info(ctx->input(ctx->num_inputs() - 1)); }
+
 FusedInputs FusedInputsOf(OpKernelContext* ctx, int first) {
   FusedInputs in;
   TensorInfo* slots[] = {&in.x_src,      &in.x_dst,   &in.edge_weight, &in.edge_type, &in.csc_indptr,
                          &in.csc_src,    &in.csr_indptr, &in.csr_dst,   &in.csr_edge};
   for (int i = 0; i < 9; ++i) *slots[i] = Info(ctx->input(first + i));
+  in.plan = PlanOf(ctx);
   return in;
 }
 
@@ -281,6 +285,7 @@ EdgeCodeInputs EdgeCodeInputsOf(OpKernelContext* ctx, int first) {
   TensorInfo* slots[] = {&in.x_src,      &in.x_dst,   &in.edge_data, &in.edge_type, &in.constants, &in.tables,
                          &in.csc_indptr, &in.csc_src, &in.csr_indptr, &in.csr_dst,  &in.csr_edge};
   for (int i = 0; i < 11; ++i) *slots[i] = Info(ctx->input(first + i));
+  in.plan = PlanOf(ctx);
   return in;
 }
 
@@ -352,6 +357,29 @@ class EdgeCodeGradGpuOp : public OpKernel {
   std::string wrt_;
 };
 
+// ---- NgraPrepareGraph ----
+
+template <typename Index>
+class PrepareGraphGpuOp : public OpKernel {
+ public:
+  explicit PrepareGraphGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    const GraphInputs graph{Info(ctx->input(0)), Info(ctx->input(1)), Info(ctx->input(2)), Info(ctx->input(3)),
+                            Info(ctx->input(4))};
+    OpStream stream(ctx);
+    int64_t num_src = 0, num_dst = 0, num_edges = 0;
+    OP_REQUIRES_OK(ctx, CheckStatus(ValidateGraph<GpuStream, Index>(stream.get(), graph, &num_src, &num_dst,
+                                                                    &num_edges)));
+    Tensor* plan = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({PlanBytes<Index>(num_src, num_dst, num_edges)}), &plan));
+    const Segments<Index> csc{graph.csc_indptr.As<Index>(), graph.csc_src.As<Index>(), nullptr, num_dst};
+    const Segments<Index> csr{graph.csr_indptr.As<Index>(), graph.csr_dst.As<Index>(), graph.csr_edge.As<Index>(),
+                              num_src};
+    OP_REQUIRES_OK(ctx, RunStatus(PrepareGraph<GpuStream, Index>(stream.get(), csc, csr, num_edges, plan->data())));
+  }
+};
+
 #define NGRA_REGISTER_GPU(T, Index)                                                                         \
   REGISTER_KERNEL_BUILDER(                                                                                  \
       Name("NgraGather").Device(DEVICE_GPU).TypeConstraint<T>("T").TypeConstraint<Index>("Tindex"),         \
@@ -385,6 +413,10 @@ class EdgeCodeGradGpuOp : public OpKernel {
                               .HostMemory("tables"),                                                        \
                           EdgeCodeGradGpuOp<T, Index>);
 
+REGISTER_KERNEL_BUILDER(Name("NgraPrepareGraph").Device(DEVICE_GPU).TypeConstraint<int32_t>("Tindex"),
+                        PrepareGraphGpuOp<int32_t>);
+REGISTER_KERNEL_BUILDER(Name("NgraPrepareGraph").Device(DEVICE_GPU).TypeConstraint<int64_t>("Tindex"),
+                        PrepareGraphGpuOp<int64_t>);
 NGRA_REGISTER_GPU(float, int32_t)
 NGRA_REGISTER_GPU(float, int64_t)
 NGRA_REGISTER_GPU(double, int32_t)

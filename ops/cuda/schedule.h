@@ -75,6 +75,32 @@ inline void ScheduleBounds(int64_t num_segments, int64_t num_positions, int64_t 
   *max_items = num_segments + *max_slots;
 }
 
+// Where a schedule's kept arrays lie in one block of Index words: the totals
+// (3), order and slot_start (num_segments each), then the items (3 words
+// each). A prepared graph (GraphPlan, api.h) keeps its schedules this way, in
+// a block the op holds as a tensor, and finds them again from its sizes alone.
+static_assert(sizeof(WorkItem<int32_t>) == 3 * sizeof(int32_t) && sizeof(WorkItem<int64_t>) == 3 * sizeof(int64_t),
+              "WorkItem must pack into 3 index words");
+inline int64_t ScheduleWords(int64_t num_segments, int64_t num_positions, int64_t chunk) {
+  int64_t max_split, max_slots, max_items;
+  ScheduleBounds(num_segments, num_positions, chunk, &max_split, &max_slots, &max_items);
+  return 3 + 2 * num_segments + 3 * max_items;
+}
+
+// The schedule whose kept arrays start at `words` (ScheduleWords of them).
+template <typename Index>
+Schedule<Index> ScheduleAt(Index* words, int64_t num_segments, int64_t num_positions, int64_t chunk) {
+  Schedule<Index> s;
+  s.num_segments = num_segments;
+  s.chunk = chunk;
+  ScheduleBounds(num_segments, num_positions, chunk, &s.max_split, &s.max_slots, &s.max_items);
+  s.counts = words;
+  s.order = words + 3;
+  s.slot_start = words + 3 + num_segments;
+  s.items = reinterpret_cast<const WorkItem<Index>*>(words + 3 + 2 * num_segments);
+  return s;
+}
+
 // Tuning knobs, fixed at compile time (tools/bench_cuda.py --define sweeps them).
 #ifndef NGRA_GPU_PER_LANE
 #define NGRA_GPU_PER_LANE 4

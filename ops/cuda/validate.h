@@ -86,9 +86,24 @@ template <typename Backend, typename Index>
 std::string ValidateGatherGradArg(const Backend& backend, const TensorInfo& grad, const TensorInfo& argedge,
                                   const TensorInfo& indptr, const TensorInfo& edge_ids, Checked* out);
 
-// The nine NgraFusedGather inputs, x_src first.
+// An adjacency's five index arrays: NgraPrepareGraph's inputs.
+struct GraphInputs {
+  TensorInfo csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge;
+};
+
+// NgraPrepareGraph: every check the fused ops make of the five arrays (one
+// synchronisation), with their messages; sets the graph's sizes. Then
+// PrepareGraph (api.h) builds the plan.
+template <typename Backend, typename Index>
+std::string ValidateGraph(const Backend& backend, const GraphInputs& graph, int64_t* num_src, int64_t* num_dst,
+                          int64_t* num_edges);
+
+// The nine NgraFusedGather inputs, x_src first, and the graph's plan: empty,
+// or NgraPrepareGraph's of these very arrays, which then are not checked
+// again (only their sizes, and the plan's against them).
 struct FusedInputs {
   TensorInfo x_src, x_dst, edge_weight, edge_type, csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge;
+  TensorInfo plan;
 };
 
 // NgraFusedGather (its nine inputs; init: ValidateInit); fills problem (its
@@ -165,12 +180,14 @@ inline std::string ParseEdgeCodeAttrs(const std::vector<int64_t>& raw, int value
   return "";
 }
 
-// The eleven inputs NgraEdgeCode and NgraEdgeCodeGrad share, x_src first.
-// `tables` is on the host (HostMemory in the GPU kernels' registration):
-// its entries are checked there, and the gradients invert it there.
+// The eleven inputs NgraEdgeCode and NgraEdgeCodeGrad share, x_src first,
+// and the plan (as FusedInputs'). `tables` is on the host (HostMemory in the
+// GPU kernels' registration): its entries are checked there, and the
+// gradients invert it there.
 struct EdgeCodeInputs {
   TensorInfo x_src, x_dst, edge_data, edge_type, constants, tables, csc_indptr, csc_src, csr_indptr, csr_dst,
       csr_edge;
+  TensorInfo plan;
 };
 
 // NgraEdgeCode (init: ValidateInit, with the output shape [num_dst, width]

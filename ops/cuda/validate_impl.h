@@ -121,18 +121,41 @@ std::string ValidateGatherGradArg(const Backend& backend, const TensorInfo& grad
   return "";
 }
 
+// csc_indptr's handle in v, and the checks of csc_src against it (ids in
+// [0, num_src)). A prepared graph's arrays were checked when it was
+// prepared: its indptr's last entry is csc_src's length, known on the host.
+template <typename Backend, typename Index>
+int CscChecks(Validator<Backend, Index>& v, const TensorInfo& csc_indptr, const TensorInfo& csc_src, int64_t num_src,
+              bool prepared) {
+  const int64_t E = csc_src.NumElements();
+  const int h = prepared ? v.KnownIndptr(csc_indptr.As<Index>(), csc_indptr.NumElements(), E)
+                         : v.Indptr("csc_indptr", csc_indptr.As<Index>(), csc_indptr.NumElements());
+  v.Host([&v, &csc_src, h, E]() -> std::string {
+    if (csc_src.dims() != 1 || E != v.Last(h)) {
+      return "csc_src must be a vector of " + Str(v.Last(h)) + " ids, got shape " + csc_src.ShapeString();
+    }
+    return "";
+  });
+  if (!prepared) v.Ids("csc_src", csc_src.As<Index>(), E, 0, num_src);
+  return h;
+}
+
 // The CSR arrays of a fused op (the d/dx_src walk's), after the checks
 // already in v: csr_indptr's shape and values, that csr_dst and csr_edge
 // count the E edges, and with check_csr (the walk reads them) their values.
+// A prepared graph's are compared by size only, as in CscChecks.
 template <typename Backend, typename Index>
 void CsrChecks(Validator<Backend, Index>& v, const TensorInfo& csr_indptr, const TensorInfo& csr_dst,
-               const TensorInfo& csr_edge, int64_t num_src, int64_t num_dst, int64_t E, bool check_csr) {
+               const TensorInfo& csr_edge, int64_t num_src, int64_t num_dst, int64_t E, bool check_csr,
+               bool prepared) {
   const std::string csr_shape = IndptrShape(csr_indptr, "csr_indptr", num_src);
   int hr = -1;
-  if (csr_shape.empty()) {
-    hr = v.Indptr("csr_indptr", csr_indptr.As<Index>(), csr_indptr.NumElements());
-  } else {
+  if (!csr_shape.empty()) {
     v.Host([csr_shape]() { return csr_shape; });
+  } else if (prepared) {
+    hr = v.KnownIndptr(csr_indptr.As<Index>(), csr_indptr.NumElements(), csr_dst.NumElements());
+  } else {
+    hr = v.Indptr("csr_indptr", csr_indptr.As<Index>(), csr_indptr.NumElements());
   }
   v.Host([&v, &csr_dst, &csr_edge, hr, E]() -> std::string {
     if (hr < 0) return "";  // csr_indptr's shape error came first
@@ -144,12 +167,42 @@ void CsrChecks(Validator<Backend, Index>& v, const TensorInfo& csr_indptr, const
     }
     return "";
   });
-  if (check_csr && hr >= 0) {
+  if (check_csr && hr >= 0 && !prepared) {
     v.Ids("csr_dst", csr_dst.As<Index>(), csr_dst.NumElements(), 0, num_dst);
     const int64_t n = csr_edge.NumElements();
     v.Ids("csr_edge", csr_edge.As<Index>(), n, 0, n);
     v.Permutation("csr_edge", csr_edge.As<Index>(), n);
   }
+}
+
+// A plan given with the graph must be the size NgraPrepareGraph makes for
+// the graph's sizes (checked last: the sizes themselves first).
+template <typename Backend, typename Index>
+void PlanChecks(Validator<Backend, Index>& v, const TensorInfo& plan, int64_t num_src, int64_t num_dst, int64_t E) {
+  if (plan.data == nullptr) return;
+  v.Host([&plan, num_src, num_dst, E]() -> std::string {
+    const int64_t want = PlanBytes<Index>(num_src, num_dst, E);
+    if (plan.dims() == 1 && plan.NumElements() == want) return "";
+    return "plan must be the one NgraPrepareGraph made of these index arrays: a graph of " + Str(num_src) +
+           " sources, " + Str(num_dst) + " destinations and " + Str(E) + " edges has a plan of " + Str(want) +
+           " bytes, got shape " + plan.ShapeString();
+  });
+}
+
+template <typename Backend, typename Index>
+std::string ValidateGraph(const Backend& backend, const GraphInputs& graph, int64_t* num_src, int64_t* num_dst,
+                          int64_t* num_edges) {
+  NGRA_GPU_RETURN_IF_ERROR(IndptrShape(graph.csc_indptr, "csc_indptr", -1));
+  NGRA_GPU_RETURN_IF_ERROR(IndptrShape(graph.csr_indptr, "csr_indptr", -1));
+  *num_dst = graph.csc_indptr.NumElements() - 1;
+  *num_src = graph.csr_indptr.NumElements() - 1;
+  *num_edges = graph.csc_src.NumElements();
+  DeviceScope scope(backend);
+  NGRA_GPU_RETURN_IF_ERROR(scope.error());
+  Validator<Backend, Index> v(backend);
+  CscChecks(v, graph.csc_indptr, graph.csc_src, *num_src, false);
+  CsrChecks(v, graph.csr_indptr, graph.csr_dst, graph.csr_edge, *num_src, *num_dst, *num_edges, true, false);
+  return v.Finish();
 }
 
 struct ProgramFlags {
@@ -201,18 +254,12 @@ std::string ValidateFused(const Backend& backend, const std::string& program, co
   DeviceScope scope(backend);  // the checks run on the op's GPU, whatever the thread's current one
   NGRA_GPU_RETURN_IF_ERROR(scope.error());
   Validator<Backend, Index> v(backend);
-  const int h = v.Indptr("csc_indptr", csc_indptr.As<Index>(), csc_indptr.NumElements());
-  // Until the checks are judged, E is the length of csc_src; the first host
-  // check below makes sure it is indptr[-1].
+  const bool prepared = inputs.plan.data != nullptr;  // an empty tensor has no data
+  // Until the checks are judged, E is the length of csc_src; CscChecks' host
+  // check makes sure it is indptr[-1].
   const int64_t E = inputs.csc_src.NumElements();
   const int64_t num_src = problem->num_src, num_dst = problem->num_dst, width = in.width;
-  v.Host([&]() -> std::string {
-    if (inputs.csc_src.dims() != 1 || E != v.Last(h)) {
-      return "csc_src must be a vector of " + Str(v.Last(h)) + " ids, got shape " + inputs.csc_src.ShapeString();
-    }
-    return "";
-  });
-  v.Ids("csc_src", inputs.csc_src.As<Index>(), E, 0, num_src);
+  CscChecks(v, csc_indptr, inputs.csc_src, num_src, prepared);
 
   std::string shape_error;  // decided now, reported in the CPU order below
   if (info.uses_dst) {
@@ -259,9 +306,11 @@ std::string ValidateFused(const Backend& backend, const std::string& program, co
   }
 
   const TensorInfo& csr_indptr = inputs.csr_indptr;
-  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr);
+  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr, prepared);
+  PlanChecks(v, inputs.plan, num_src, num_dst, E);
   NGRA_GPU_RETURN_IF_ERROR(v.Finish());
 
+  if (prepared) problem->plan = PlanOf<Index>(inputs.plan.data, num_src, num_dst, E);
   problem->num_edges = E;
   problem->csc.indptr = csc_indptr.As<Index>();
   problem->csc.indices = E > 0 ? inputs.csc_src.As<Index>() : nullptr;
@@ -370,17 +419,11 @@ std::string ValidateEdgeCode(const Backend& backend, const EdgeCodeAttrs& attrs,
     v.Host([error]() { return error; });
     return v.Finish();
   };
-  const int h = v.Indptr("csc_indptr", csc_indptr.As<Index>(), csc_indptr.NumElements());
-  // Until the checks are judged, E is the length of csc_src; the first host
-  // check below makes sure it is indptr[-1].
+  const bool prepared = inputs.plan.data != nullptr;  // an empty tensor has no data
+  // Until the checks are judged, E is the length of csc_src; CscChecks' host
+  // check makes sure it is indptr[-1].
   const int64_t E = inputs.csc_src.NumElements();
-  v.Host([&]() -> std::string {
-    if (inputs.csc_src.dims() != 1 || E != v.Last(h)) {
-      return "csc_src must be a vector of " + Str(v.Last(h)) + " ids, got shape " + inputs.csc_src.ShapeString();
-    }
-    return "";
-  });
-  v.Ids("csc_src", inputs.csc_src.As<Index>(), E, 0, num_src);
+  CscChecks(v, csc_indptr, inputs.csc_src, num_src, prepared);
   const bool* reads = attrs.reads;
   std::string error = CodeOperandShape(inputs.x_dst, "x_dst", reads[kLoadDst], num_dst, "destination vertex");
   if (error.empty()) error = CodeOperandShape(inputs.edge_data, "edge_data", reads[kLoadEdge], E, "edge");
@@ -420,9 +463,11 @@ std::string ValidateEdgeCode(const Backend& backend, const EdgeCodeAttrs& attrs,
   if (typed_bound >= 0) v.Types("edge_type", p.type, E, typed_bound);
 
   const TensorInfo& csr_indptr = inputs.csr_indptr;
-  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr);
+  CsrChecks(v, csr_indptr, inputs.csr_dst, inputs.csr_edge, num_src, num_dst, E, check_csr, prepared);
+  PlanChecks(v, inputs.plan, num_src, num_dst, E);
   NGRA_GPU_RETURN_IF_ERROR(v.Finish());
 
+  if (prepared) problem->plan = PlanOf<Index>(inputs.plan.data, num_src, num_dst, E);
   problem->num_tables = inputs.tables.dim(0);
   problem->softmax = attrs.softmax();
   if (!problem->softmax) ParseReduce(attrs.reduce, &problem->reduce);

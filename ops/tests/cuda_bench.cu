@@ -3,13 +3,16 @@
 // indices, out = A @ X for A in CSC form (one segment per output row), and
 // its two gradients for an upstream gradient G = d loss / d out.
 //
-// Two ways to time the forward:
-//   ngra_bench_spmm:    the kernels alone, over a schedule built once by
-//                       ngra_bench_create (what a graph that is reused pays);
-//   ngra_bench_spmm_op: what the TF op does per call: device-side argument
-//                       checks with one synchronisation, the schedule, then
-//                       the kernels, with scratch from a preallocated arena
-//                       (TF's allocator is pooled too).
+// Three ways to time the forward:
+//   ngra_bench_spmm:         the kernels alone, over the schedule of the
+//                            graph's plan, prepared once by ngra_bench_create;
+//   ngra_bench_spmm_op:      what the TF op does per call given that plan
+//                            (NgraPrepareGraph's): host checks of the shapes,
+//                            then the kernels, with scratch from a
+//                            preallocated arena (TF's allocator is pooled too);
+//   ngra_bench_spmm_op_cold: the TF op without a plan: device-side argument
+//                            checks with one synchronisation and a fresh
+//                            schedule on every call, then the kernels.
 // The gradients, kernels alone over prebuilt schedules, as the first:
 //   ngra_bench_grad_src:    d/dx_src = A^T @ G, a walk over the CSR segments;
 //   ngra_bench_grad_weight: d/dweight[e] = G[dst(e)] . x[src(e)], over the CSC ones.
@@ -74,10 +77,10 @@ struct Bench {
   Segments<int32_t> csc;  // by destination; edge ids are positions
   Segments<int32_t> csr;  // by source; edge_ids maps to the CSC positions
   int64_t num_src = 0, num_edges = 0, chunk = 256;
-  Schedule<int32_t> schedule;       // of csc: the forward
-  Schedule<int32_t> csr_schedule;   // of csr: d/dx_src
-  Schedule<int32_t> edge_schedule;  // of csc in finer chunks (PerEdgeWalk): d/dweight
-  Arena persistent;  // the prebuilt schedules
+  void* plan_block = nullptr;  // in `persistent`: PlanBytes of it
+  int64_t plan_bytes = 0;
+  ngra::gpu::GraphPlan<int32_t> plan;  // its schedules: forward, backward (d/dx_src), per_edge (d/dweight)
+  Arena persistent;  // the plan
   Arena scratch;     // per call
   // The gate as edge code for gate_width, on the device (cudaMalloc'd).
   int64_t gate_width = -1;
@@ -93,11 +96,6 @@ using Term = ngra::gpu::MessageTerm<SrcMulEdge, WeightKind::kScalar, float, int3
 // Sum has no winners to mask the upstream gradient with (kArg = false).
 using Upstream = ngra::gpu::UpstreamGrad<false, float, int32_t>;
 using SrcGradTerm = ngra::gpu::SrcGradTerm<SrcMulEdge, false, WeightKind::kScalar, float, int32_t>;
-
-// Device memory of one prebuilt schedule: a few arrays per segment and one item per chunk.
-size_t ScheduleBytes(int64_t num_segments, int64_t num_edges, int64_t chunk) {
-  return static_cast<size_t>(64 * (num_segments + 1) + 24 * (num_segments + num_edges / chunk + 1));
-}
 
 int Fail(const std::string& message) {
   g_error = message;
@@ -152,6 +150,39 @@ std::string GateProgram(Bench* b, int64_t width) {
   return "";
 }
 
+// The fused op's inputs for out = A @ x with one weight per edge, as the TF
+// kernel sees them; with_plan: and the graph's plan.
+ngra::gpu::FusedInputs OpInputs(const Bench* b, const float* x, const float* weight, int64_t width, bool with_plan) {
+  using ngra::gpu::TensorInfo;
+  const int64_t num_dst = b->csc.num_segments, E = b->num_edges;
+  ngra::gpu::FusedInputs in;
+  in.x_src = TensorInfo{x, {b->num_src, width}};
+  in.x_dst = TensorInfo{nullptr, {0}};
+  in.edge_weight = TensorInfo{weight, {E}};
+  in.edge_type = TensorInfo{nullptr, {0}};
+  in.csc_indptr = TensorInfo{b->csc.indptr, {num_dst + 1}};
+  in.csc_src = TensorInfo{b->csc.indices, {E}};
+  in.csr_indptr = TensorInfo{b->csr.indptr, {b->num_src + 1}};
+  in.csr_dst = TensorInfo{b->csr.indices, {E}};
+  in.csr_edge = TensorInfo{b->csr.edge_ids, {E}};
+  in.plan = with_plan ? TensorInfo{b->plan_block, {b->plan_bytes}} : TensorInfo{nullptr, {0}};
+  return in;
+}
+
+// What NgraFusedGather's GPU kernel does per call: its checks, then RunFusedGather.
+int SpmmOp(void* handle, const float* x, const float* weight, int64_t width, float* out, bool with_plan) {
+  return Call(handle, [&](Bench* b) {
+    FusedProblem<float, int32_t> problem;
+    std::string error = ngra::gpu::ValidateFused<GpuStream, float, int32_t>(
+        b->gpu, "src_mul_edge", "sum", OpInputs(b, x, weight, width, with_plan), false, &problem);
+    if (error.empty()) {
+      error = ngra::gpu::RunFusedGather(b->gpu, problem, out, static_cast<int32_t*>(nullptr),
+                                        ngra::gpu::WalkConfig{b->chunk});
+    }
+    return error;
+  });
+}
+
 }  // namespace
 
 extern "C" {
@@ -175,32 +206,28 @@ void* ngra_bench_create(void* stream, int device, int64_t num_dst, int64_t num_s
   b->num_src = num_src;
   b->num_edges = num_edges;
   b->chunk = chunk;
-  // The three schedules, and room for the temporaries of their sorts and scans.
+  // The graph's plan, and room for the temporaries of its sorts and scans.
   const ngra::gpu::WalkConfig config{chunk};
-  const size_t schedule_bytes = ScheduleBytes(num_dst, num_edges, chunk) + ScheduleBytes(num_src, num_edges, chunk) +
-                                ScheduleBytes(num_dst, num_edges, ngra::gpu::PerEdgeWalk(config).max_chunk) +
-                                (64 << 20);
-  cudaError_t status = b->persistent.Reserve(schedule_bytes);
+  b->plan_bytes = ngra::gpu::PlanBytes<int32_t>(num_src, num_dst, num_edges, config);
+  cudaError_t status = b->persistent.Reserve(static_cast<size_t>(b->plan_bytes) + (64 << 20));
   if (status == cudaSuccess) status = b->scratch.Reserve(static_cast<size_t>(scratch_bytes));
   if (status != cudaSuccess) {
     Fail(ngra::gpu::CudaError("allocating the benchmark arenas", status));
     delete b;
     return nullptr;
   }
+  b->plan_block = b->persistent.Allocate(static_cast<size_t>(b->plan_bytes));
   b->gpu.allocate = [b](size_t bytes) { return b->persistent.Allocate(bytes); };
   ngra::gpu::DeviceScope scope(b->gpu);
   std::string error = scope.error();
-  if (error.empty()) error = ngra::gpu::BuildSchedule(b->gpu, b->csc, num_edges, config, &b->schedule);
-  if (error.empty()) error = ngra::gpu::BuildSchedule(b->gpu, b->csr, num_edges, config, &b->csr_schedule);
-  if (error.empty()) {
-    error = ngra::gpu::BuildSchedule(b->gpu, b->csc, num_edges, ngra::gpu::PerEdgeWalk(config), &b->edge_schedule);
-  }
+  if (error.empty()) error = ngra::gpu::PrepareGraph(b->gpu, b->csc, b->csr, num_edges, b->plan_block, config);
   if (error.empty()) error = ngra::gpu::LastError(b->gpu);
   if (!error.empty()) {
     Fail(error);
     delete b;
     return nullptr;
   }
+  b->plan = ngra::gpu::PlanOf<int32_t>(b->plan_block, num_src, num_dst, num_edges, config);
   b->gpu.allocate = [b](size_t bytes) { return b->scratch.Allocate(bytes); };
   return b;
 }
@@ -210,32 +237,21 @@ void ngra_bench_destroy(void* handle) { delete static_cast<Bench*>(handle); }
 // out [num_dst, width] = sum over edges of weight[e] * x[src(e)]; x [num_src, width].
 int ngra_bench_spmm(void* handle, const float* x, const float* weight, int64_t width, float* out) {
   return Call(handle, [&](Bench* b) {
-    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->schedule, ngra::gpu::GeometryFor(width, 1),
+    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->plan.forward, ngra::gpu::GeometryFor(width, 1),
                                                Term{b->csc, OperandsOf(x, weight, width)}, out,
                                                static_cast<int32_t*>(nullptr));
   });
 }
 
-// The same through the TF op's path: checks of csc_indptr and csc_src on the
-// device (one synchronisation), a fresh schedule, then the kernels.
+// The TF op's path over the graph's plan (which the op checks against the
+// default chunk: run with --chunk=1024).
 int ngra_bench_spmm_op(void* handle, const float* x, const float* weight, int64_t width, float* out) {
-  return Call(handle, [&](Bench* b) {
-    ngra::gpu::Validator<GpuStream, int32_t> v(b->gpu);
-    const int h = v.Indptr("csc_indptr", b->csc.indptr, b->csc.num_segments + 1);
-    v.Host([&]() -> std::string { return v.Last(h) == b->num_edges ? "" : "csc_src must be a vector of indptr[-1] ids"; });
-    v.Ids("csc_src", b->csc.indices, b->num_edges, 0, b->num_src);
-    std::string error = v.Finish();
-    Schedule<int32_t> schedule;
-    if (error.empty()) {
-      error = ngra::gpu::BuildSchedule(b->gpu, b->csc, b->num_edges, ngra::gpu::WalkConfig{b->chunk}, &schedule);
-    }
-    if (error.empty()) {
-      error = ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, schedule, ngra::gpu::GeometryFor(width, 1),
-                                                  Term{b->csc, OperandsOf(x, weight, width)}, out,
-                                                  static_cast<int32_t*>(nullptr));
-    }
-    return error;
-  });
+  return SpmmOp(handle, x, weight, width, out, true);
+}
+
+// The TF op's path without a plan: device checks (one synchronisation) and a fresh schedule per call.
+int ngra_bench_spmm_op_cold(void* handle, const float* x, const float* weight, int64_t width, float* out) {
+  return SpmmOp(handle, x, weight, width, out, false);
 }
 
 // The d/dx_src kernels of RunFusedGatherGrad (sum, scalar weight): out
@@ -244,7 +260,7 @@ int ngra_bench_spmm_op(void* handle, const float* x, const float* weight, int64_
 int ngra_bench_grad_src(void* handle, const float* grad, const float* weight, int64_t width, float* out) {
   return Call(handle, [&](Bench* b) {
     return ngra::gpu::ReduceWalk<Reduce::kSum>(
-        b->gpu, b->csr, b->csr_schedule, ngra::gpu::GeometryFor(width, 1),
+        b->gpu, b->csr, b->plan.backward, ngra::gpu::GeometryFor(width, 1),
         SrcGradTerm{b->csr, OperandsOf(nullptr, weight, width), Upstream{grad, nullptr}}, out,
         static_cast<int32_t*>(nullptr));
   });
@@ -258,7 +274,7 @@ int ngra_bench_grad_weight(void* handle, const float* x, const float* grad, int6
     FusedProblem<float, int32_t> problem;  // the walk reads the CSC segments and the operands
     problem.csc = b->csc;
     problem.in = OperandsOf(x, nullptr, width);
-    return ngra::gpu::WeightGradWalk<SrcMulEdge, false, WeightKind::kScalar>(b->gpu, problem, b->edge_schedule,
+    return ngra::gpu::WeightGradWalk<SrcMulEdge, false, WeightKind::kScalar>(b->gpu, problem, b->plan.per_edge,
                                                                              Upstream{grad, nullptr}, out);
   });
 }
@@ -273,7 +289,7 @@ int ngra_bench_gate(void* handle, const float* x2, const float* xd, int64_t widt
     in.x_dst = xd;
     in.width = width;
     using GateTerm = ngra::gpu::MessageTerm<ngra::Gate<ngra::Tanh>, WeightKind::kNone, float, int32_t>;
-    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->schedule, ngra::gpu::GeometryFor(width, 1),
+    return ngra::gpu::ReduceWalk<Reduce::kSum>(b->gpu, b->csc, b->plan.forward, ngra::gpu::GeometryFor(width, 1),
                                                GateTerm{b->csc, in}, out, static_cast<int32_t*>(nullptr));
   });
 }
@@ -299,7 +315,7 @@ int ngra_bench_gate_code(void* handle, const float* x2, const float* xd, int64_t
     p.src_width = 2 * width;
     p.x_dst = xd;
     p.dst_width = width;
-    return ngra::gpu::RunEdgeCodeScheduled(b->gpu, problem, p, b->schedule, out, static_cast<int32_t*>(nullptr));
+    return ngra::gpu::RunEdgeCodeScheduled(b->gpu, problem, p, b->plan.forward, out, static_cast<int32_t*>(nullptr));
   });
 }
 
@@ -307,7 +323,7 @@ int ngra_bench_gate_code(void* handle, const float* x2, const float* xd, int64_t
 // the forward's (by destination), or with csr != 0 the d/dx_src walk's.
 int ngra_bench_schedule_counts(void* handle, int csr, int64_t* counts) {
   auto* b = static_cast<Bench*>(handle);
-  const Schedule<int32_t>& schedule = csr ? b->csr_schedule : b->schedule;
+  const Schedule<int32_t>& schedule = csr ? b->plan.backward : b->plan.forward;
   int32_t host[3] = {0, 0, 0};
   if (cudaMemcpy(host, schedule.counts, sizeof(host), cudaMemcpyDeviceToHost) != cudaSuccess) {
     return Fail("reading the schedule counts");

@@ -160,6 +160,79 @@ void BadInput(Runtime& rt, Tally& tally) {
                                  }(), &problem, &wrt),
            "program copy_src has no operand x_dst to differentiate");
   }
+
+  // A graph prepared once (NgraPrepareGraph): the same checks and messages
+  // up front; then a call given its plan checks sizes only, and runs over
+  // the plan's schedules what it would have built itself.
+  auto graph_of = [](const gpu::FusedInputs& in) {
+    return gpu::GraphInputs{in.csc_indptr, in.csc_src, in.csr_indptr, in.csr_dst, in.csr_edge};
+  };
+  int64_t num_src = 0, num_dst = 0, num_edges = 0;
+  auto validate_graph = [&](const gpu::FusedInputs& in) {
+    return gpu::ValidateGraph<typename Runtime::Backend, Index>(rt.backend(), graph_of(in), &num_src, &num_dst,
+                                                                &num_edges);
+  };
+  bad = ok;
+  bad.csc_src = info({2, 3, 1});
+  expect("prepare csc_src range", validate_graph(bad), "csc_src[1] = 3 is out of range [0, 3)");
+  bad = ok;
+  bad.csr_edge = info({1, 2, 1});
+  expect("prepare csr_edge duplicate", validate_graph(bad),
+         "csr_edge must be a permutation, but 1 appears twice (again at position 2)");
+  bad = ok;
+  bad.csr_dst = info({1, 1});
+  expect("prepare csr count", validate_graph(bad),
+         "csr_indptr[-1], csr_dst and csr_edge must all count the 3 edges of csc_indptr; got 3, [2], [3]");
+  expect("prepare ok", validate_graph(ok), "");
+  tally.Record(prefix + " prepare sizes",
+               num_src == 3 && num_dst == 2 && num_edges == 3 ? "" : "wrong sizes from ValidateGraph");
+  const int64_t plan_bytes = gpu::PlanBytes<Index>(3, 2, 3);
+  void* block = rt.template Garbage<Index>(plan_bytes / static_cast<int64_t>(sizeof(Index)));
+  {
+    const FusedProblem<float, Index> unchecked = [&] {
+      FusedProblem<float, Index> p;
+      gpu::ValidateFused<typename Runtime::Backend, float, Index>(rt.backend(), "src_mul_edge", "sum", ok, true, &p);
+      return p;
+    }();
+    expect("prepare build", gpu::PrepareGraph(rt.backend(), unchecked.csc, unchecked.csr, 3, block), "");
+    gpu::FusedInputs planned = ok;
+    planned.plan = TensorInfo{block, {plan_bytes}};
+    FusedProblem<float, Index> problem;
+    expect("planned ok", gpu::ValidateFused<typename Runtime::Backend, float, Index>(
+                             rt.backend(), "src_mul_edge", "sum", planned, true, &problem), "");
+    tally.Record(prefix + " planned uses the plan", problem.plan.present() ? "" : "the plan was not taken");
+    std::vector<float> got[2];
+    for (int with_plan = 0; with_plan < 2; ++with_plan) {
+      FusedProblem<float, Index> p = with_plan ? problem : unchecked;
+      p.in.x_src = static_cast<const float*>(rt.Put(std::vector<float>{1, 2, 3, 4, 5, 6}));
+      p.in.weight = static_cast<const float*>(rt.Put(std::vector<float>{0.5f, 2, -1}));
+      float* out = rt.template Garbage<float>(4);
+      std::string error = gpu::RunFusedGather(rt.backend(), p, out, static_cast<Index*>(nullptr));
+      if (error.empty()) error = rt.Sync();
+      got[with_plan] = rt.Get(out, 4);
+      tally.Record(prefix + " planned run " + std::to_string(with_plan), error);
+    }
+    // out[0] = 0.5 x_src[2]; out[1] = 2 x_src[0] - x_src[1].
+    tally.Record(prefix + " planned result", got[1] == got[0] && got[0] == std::vector<float>{2.5f, 3, -1, 0}
+                                                 ? ""
+                                                 : "the planned run differs from the per-call one");
+    planned.plan = TensorInfo{block, {plan_bytes - 4}};
+    expect("plan size", fused(planned, "src_mul_edge"),
+           "plan must be the one NgraPrepareGraph made of these index arrays: a graph of 3 sources, 2 destinations "
+           "and 3 edges has a plan of " + std::to_string(plan_bytes) + " bytes, got shape [" +
+               std::to_string(plan_bytes - 4) + "]");
+    planned.plan = TensorInfo{block, {plan_bytes}};
+    planned.csr_indptr = info({0, 1, 3});
+    expect("planned csr_indptr length", fused(planned, "src_mul_edge"),
+           "csr_indptr must have 4 entries (one per vertex, plus one), got 3");
+    planned = ok;
+    planned.plan = TensorInfo{block, {plan_bytes}};
+    planned.csc_src = info({2, 0});
+    // With a plan csc_indptr's values are not read: E is csc_src's length,
+    // and the operands sized by the real edge count disagree with it.
+    expect("planned csc_src count", fused(planned, "src_mul_edge"),
+           "edge_weight must be shaped [2] or [2, W] with W dividing 2 for program src_mul_edge, got [3]");
+  }
   rt.Reset();
 }
 

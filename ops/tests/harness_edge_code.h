@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <string>
 #include <vector>
@@ -262,10 +263,14 @@ struct CodeSetting {
   Segments<Index> csc_h, csr_h;
   const Index *csc_indptr_d = nullptr, *csc_src_d = nullptr, *csr_indptr_d = nullptr, *csr_dst_d = nullptr,
               *csr_edge_d = nullptr;
+  // The graph prepared once per chunk size (PrepareGraph); every other case
+  // runs over it, and on a GPU the second run of each check takes the other path.
+  std::map<int64_t, gpu::GraphPlan<Index>> plans;
+  int cases = 0;
 
   bool Emulated() const { return std::strcmp(Runtime::kName, "emulated") == 0; }
 
-  void Upload() {
+  void Upload(const std::vector<int64_t>& chunks) {
     const int64_t E = g.num_edges;
     csc_h = Segments<Index>{g.csc_indptr.data(), E ? g.csc_src.data() : nullptr, nullptr, g.num_dst};
     csr_h = Segments<Index>{g.csr_indptr.data(), E ? g.csr_dst.data() : nullptr, E ? g.csr_edge.data() : nullptr,
@@ -275,6 +280,23 @@ struct CodeSetting {
     csr_indptr_d = rt.Put(g.csr_indptr);
     csr_dst_d = rt.Put(g.csr_dst);
     csr_edge_d = rt.Put(g.csr_edge);
+    const Segments<Index> csc_d{csc_indptr_d, E ? csc_src_d : nullptr, nullptr, g.num_dst};
+    const Segments<Index> csr_d{csr_indptr_d, E ? csr_dst_d : nullptr, E ? csr_edge_d : nullptr, g.num_src};
+    for (int64_t chunk : chunks) {
+      const gpu::WalkConfig walk{chunk};
+      Index* block = rt.template Garbage<Index>(gpu::PlanBytes<Index>(g.num_src, g.num_dst, E, walk) /
+                                                static_cast<int64_t>(sizeof(Index)));
+      std::string error = gpu::PrepareGraph(rt.backend(), csc_d, csr_d, E, block, walk);
+      if (error.empty()) error = rt.Sync();
+      tally.Record(std::string(Runtime::kName) + " edge code prepare graph chunk=" + std::to_string(chunk), error);
+      plans[chunk] = gpu::PlanOf<Index>(block, g.num_src, g.num_dst, E, walk);
+    }
+  }
+
+  template <typename Problem>
+  Problem OtherPath(Problem problem) const {
+    problem.plan = problem.plan.present() ? gpu::GraphPlan<Index>{} : plans.at(config.max_chunk);
+    return problem;
   }
 
   // The operands of program c: values in [-1, 1], types of 3 slots; grad and
@@ -441,15 +463,16 @@ struct CodeSetting {
     return "";
   }
 
-  // Runs `run` (which fills *got), twice on a GPU: the second run must agree bit for bit.
+  // Runs `run(got, other_path)`, twice on a GPU, the second time over the
+  // other schedule path: it must agree bit for bit.
   template <typename U, typename Run>
   std::string Twice(Run&& run, std::vector<U>* got) {
-    std::string error = run(got);
+    std::string error = run(got, false);
     if (error.empty() && !Emulated()) {
       std::vector<U> again;
-      error = run(&again);
+      error = run(&again, true);
       if (error.empty()) error = CompareExact(again, *got);
-      if (!error.empty()) error = "second run differs: " + error;
+      if (!error.empty()) error = "second run (other schedule path) differs: " + error;
     }
     return error;
   }
@@ -475,6 +498,8 @@ struct CodeSetting {
       rt.Release(mark);
       return;
     }
+    const bool planned = cases++ % 2 == 1;
+    if (planned) problem.plan = plans.at(config.max_chunk);
     const std::string what = " (" + c.Describe() + ")";
     std::vector<Index> arg;
     const std::vector<T> out = CpuForward(c, d, r, false, &arg);
@@ -483,10 +508,10 @@ struct CodeSetting {
       const std::vector<T> want = with_init ? CpuForward(c, d, r, true, &want_arg) : out;
       if (!with_init) want_arg = arg;
       std::vector<Index> got_arg;
-      auto forward = [&](std::vector<T>* got) {
+      auto forward = [&](std::vector<T>* got, bool other_path) {
         T* o = with_init ? rt.Put(d.init) : rt.template Garbage<T>(n);
         Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
-        gpu::EdgeCodeProblem<T, Index> at = problem;
+        gpu::EdgeCodeProblem<T, Index> at = other_path ? OtherPath(problem) : problem;
         at.init = with_init ? o : nullptr;
         std::string e = gpu::RunEdgeCode(rt.backend(), at, o, a, config);
         if (e.empty()) e = rt.Sync();
@@ -528,11 +553,13 @@ struct CodeSetting {
       gpu::EdgeCodeProblem<T, Index> gp;
       std::string e = gpu::ValidateEdgeCodeGrad<typename Runtime::Backend, T, Index>(
           rt.backend(), attrs, wrt, grad_info, aux_info, state_info, inputs, &gp, &which);
+      if (planned) gp.plan = plans.at(config.max_chunk);
       const std::vector<T> want = CpuGrad(c, d, r, side, arg, softmax ? out : no_state);
       const int64_t columns = side == kLoadSrc ? c.src_width : side == kLoadDst ? c.dst_width : c.edge_width;
-      auto grad = [&](std::vector<T>* got) {
+      auto grad = [&](std::vector<T>* got, bool other_path) {
         T* o = rt.template Garbage<T>(static_cast<int64_t>(want.size()));
-        std::string e2 = gpu::RunEdgeCodeGrad(rt.backend(), gp, which, grad_d, arg_d, state_d, o, config);
+        std::string e2 = gpu::RunEdgeCodeGrad(rt.backend(), other_path ? OtherPath(gp) : gp, which, grad_d, arg_d,
+                                              state_d, o, config);
         if (e2.empty()) e2 = rt.Sync();
         *got = rt.Get(o, static_cast<int64_t>(want.size()));
         return e2;
@@ -559,7 +586,7 @@ template <typename Runtime, typename T, typename Index>
 void EdgeCodeChecks(Runtime& rt, const Graph<Index>& g, int programs, const std::vector<int64_t>& widths,
                     const std::vector<int64_t>& chunks, uint64_t seed, const std::string& prefix, Tally& tally) {
   CodeSetting<Runtime, T, Index> s{rt, g, gpu::WalkConfig{}, tally};
-  s.Upload();
+  s.Upload(chunks);
   std::mt19937_64 rng(seed);
   for (int i = 0; i < programs; ++i) {
     const int64_t width = widths[i % widths.size()];

@@ -182,7 +182,7 @@ def test_edge_code_rejects_bad_programs():
     x = tf.zeros([2, 3])
     good = dict(code=[0, 0, 0, -1], value=0)
     args = [x, tf.zeros([0, 0]), tf.zeros([0, 0]), tf.zeros([0], tf.int32), tf.zeros([0]),
-            tf.constant([[0, 1, 2]], tf.int32), *adjacency.tensors(), tf.zeros([0])]
+            tf.constant([[0, 1, 2]], tf.int32), *adjacency.tensors(), tf.zeros([0]), tf.zeros([0], tf.int8)]
     lib.ngra_edge_code(*args, reduce="sum", **good)
     cases = [
         (dict(code=[5, 3, 0, -1], value=0), "operands must be earlier registers"),

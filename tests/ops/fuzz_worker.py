@@ -93,7 +93,7 @@ def random_adjacency(case):
 
 
 def fused_inputs(case, adjacency, T, Tindex):
-    """(the ten NgraFusedGather inputs, init last, program, reduce)."""
+    """(the eleven NgraFusedGather inputs, init and plan last, program, reduce)."""
     program = case.choice(list(PROGRAMS), ["gcn", ""], "program")
     reduce = case.choice(list(REDUCES), ["prod"], "reduce")
     # The operand shapes follow some program, not always the one in the attr.
@@ -119,6 +119,8 @@ def fused_inputs(case, adjacency, T, Tindex):
         case.index(adjacency.csr_dst, Tindex, "csr_dst"),
         case.index(adjacency.csr_edge, Tindex, "csr_edge"),
         initial_accumulator(case, adjacency.num_dst, width, reduce, T),
+        # The CPU kernels take no plan from NgraPrepareGraph (it is empty there): any bytes are ignored.
+        tf.constant(case.rng.integers(-128, 128, case.draw(st.sampled_from([0, 0, 7, 64])), dtype=np.int8)),
     ]
     return inputs, program, reduce
 
@@ -164,7 +166,7 @@ def run_case(case):
         case.mangled |= spec is not None and ((wrt == "x_dst" and not spec.uses_dst) or
                                               (wrt == "edge_weight" and not spec.uses_weight))
         case.reads_argedge = reduce in ("max", "min")
-        LIB.ngra_fused_gather_grad(grad, argedge, *inputs[:9], program=program, reduce=reduce, wrt=wrt)
+        LIB.ngra_fused_gather_grad(grad, argedge, *inputs[:9], inputs[10], program=program, reduce=reduce, wrt=wrt)
     elif op == "gather":
         width = case.draw(st.integers(0, 3))
         values = case.floats([adjacency.num_edges, width], T, "values")

@@ -28,6 +28,7 @@ def fused_inputs(program, index_dtype=np.int32, **overrides):
         "edge_type": np.zeros(E if spec.uses_type else 0, np.int32),
         "csc_indptr": a.csc_indptr, "csc_src": a.csc_src, "csr_indptr": a.csr_indptr,
         "csr_dst": a.csr_dst, "csr_edge": a.csr_edge, "init": np.zeros(0, np.float32),
+        "plan": np.zeros(0, np.int8),
     }
     inputs.update(overrides)
     index_names = ("csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge")

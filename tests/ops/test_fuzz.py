@@ -40,16 +40,16 @@ HUGE = {
     "edges-gather_grad_arg": "lib.ngra_gather_grad_arg(tf.ones([1, 1]), tf.constant([[-1]], tf.int64), INDPTR, EMPTY)",
     "edges-fused_gather": f"lib.ngra_fused_gather(tf.ones([1, 1]), {NO_FLOATS}, {NO_FLOATS}, {E32}, INDPTR, "
                           "tf.zeros([1], tf.int64), tf.constant([0, 1], tf.int64), tf.zeros([1], tf.int64), "
-                          "tf.zeros([1], tf.int64), tf.zeros([0]), program='copy_src', reduce='sum')",
+                          "tf.zeros([1], tf.int64), tf.zeros([0]), tf.zeros([0], tf.int8), program='copy_src', reduce='sum')",
     # Zero rows of 2**80 (or 2**62) features: an empty tensor, but the output has rows.
     "shape-gather": f"lib.ngra_gather(tf.zeros([0, 2**40, 2**40]), tf.constant([0, 0]), {E32}, {NO_FLOATS}, "
                     "reduce='sum')",
     "shape-fused_gather": f"lib.ngra_fused_gather(tf.zeros([0, 2**62]), {NO_FLOATS}, {NO_FLOATS}, {E32}, "
                           f"tf.constant([0, 0, 0]), {E32}, tf.constant([0]), {E32}, {E32}, {NO_FLOATS}, "
-                          "program='copy_src', reduce='sum')",
+                          "tf.zeros([0], tf.int8), program='copy_src', reduce='sum')",
     "shape-fused_gather_grad": f"lib.ngra_fused_gather_grad(tf.zeros([1]), {E32}, tf.zeros([0, 2**62]), {NO_FLOATS}, "
                                f"{NO_FLOATS}, {E32}, tf.constant([0, 0, 0]), {E32}, tf.constant([0]), {E32}, {E32}, "
-                               "program='copy_src', reduce='sum', wrt='x_src')",
+                               "tf.zeros([0], tf.int8), program='copy_src', reduce='sum', wrt='x_src')",
 }
 
 SCRIPT = """

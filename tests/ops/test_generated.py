@@ -271,7 +271,7 @@ def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
     lib = ngra_tf.ops.library()
     other = ec.EdgeCode(code.instructions[:3], (), code.tables, 2)
     args = [x, x, tf.zeros([0, 0]), tf.zeros([0], tf.int32), tf.zeros([0]), tf.constant(code.tables),
-            *graph.adjacency.tensors(), tf.zeros([0])]
+            *graph.adjacency.tensors(), tf.zeros([0]), tf.zeros([0], tf.int8)]
     want = lib.ngra_edge_code(*args, reduce="sum", kernel="", **code.attrs())[0]
     for kernel in (str(tmp_path / "missing.so"), generated.library_for(other, tf.float32, tf.int32, "sum")):
         got = lib.ngra_edge_code(*args, reduce="sum", kernel=kernel, **code.attrs())[0]

@@ -177,10 +177,10 @@ def test_raw_extreme_gradients_accept_the_forward_argedge(width_shape):
         x = tf.reshape(values[:adjacency.num_src], [adjacency.num_src, -1])
         fused, fused_arg = lib().ngra_fused_gather(x, tf.zeros([0], tf.float64), tf.zeros([0], tf.float64),
                                                    tf.zeros([0], tf.int32), *t, tf.zeros([0], tf.float64),
-                                                   program="copy_src", reduce="min")
+                                                   tf.zeros([0], tf.int8), program="copy_src", reduce="min")
         d_x = lib().ngra_fused_gather_grad(tf.ones_like(fused), fused_arg, x, tf.zeros([0], tf.float64),
                                            tf.zeros([0], tf.float64), tf.zeros([0], tf.int32), *t,
-                                           program="copy_src", reduce="min", wrt="x_src")
+                                           tf.zeros([0], tf.int8), program="copy_src", reduce="min", wrt="x_src")
         assert np.sum(d_x.numpy()) == np.sum(adjacency.in_degree() > 0) * x.shape[1]
 
 
@@ -218,8 +218,8 @@ def test_ties_in_cache_blocked_walks_go_to_the_first_stored_edge(kind):
     x = np.full((adjacency.num_src, BLOCKED_WIDTH), 0.5)
     empty = tf.zeros([0], tf.float64)
     for reduce in ("max", "min"):
-        _, argedge = lib().ngra_fused_gather(x, empty, empty, tf.zeros([0], tf.int32), *t, empty, program="copy_src",
-                                             reduce=reduce)
+        _, argedge = lib().ngra_fused_gather(x, empty, empty, tf.zeros([0], tf.int32), *t, empty,
+                                             tf.zeros([0], tf.int8), program="copy_src", reduce=reduce)
         first = np.where(adjacency.in_degree() > 0, adjacency.csc_indptr[:-1], -1)
         np.testing.assert_array_equal(argedge.numpy(), np.repeat(first[:, None], BLOCKED_WIDTH, axis=1))
     upstream = np.random.default_rng(19).normal(size=(adjacency.num_dst, BLOCKED_WIDTH))

@@ -229,7 +229,7 @@ def test_output_takes_over_init_buffer(op):
         else:
             empty = tf.zeros([0], tf.float64)
             out, _ = lib().ngra_fused_gather(x, empty, empty, tf.zeros([0], tf.int32), *index, init,
-                                             program="copy_src", reduce="sum", name="reduce")
+                                             tf.zeros([0], tf.int8), program="copy_src", reduce="sum", name="reduce")
     result, pointers = _allocations(out, {start_in: start}, graph)
     messages = x[adjacency.csc_src] if op == "fused_gather" else values
     np.testing.assert_allclose(result, oracle_reduce(messages, adjacency, "sum", np.sin(start)), rtol=1e-12)

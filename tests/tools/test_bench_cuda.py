@@ -230,7 +230,7 @@ class FakeLibrary:
         self.device.arrays[out][:] = self._matrix(handle, self.device.arrays[w]) @ self.device.arrays[x]
         return 0
 
-    ngra_bench_spmm = ngra_bench_spmm_op = _spmm
+    ngra_bench_spmm = ngra_bench_spmm_op = ngra_bench_spmm_op_cold = _spmm
 
     def ngra_bench_grad_src(self, handle, grad, w, width, out):
         self.device.arrays[out][:] = self._matrix(handle, self.device.arrays[w]).T @ self.device.arrays[grad]
@@ -278,7 +278,8 @@ def test_case_orchestration(fake_cupyx, capsys):
     env = {"cp": device, "lib": lib, "torch": None, "peak": 1000.0}
     workload = bench_cuda.run_case("tiny", bench_cuda.power_law_graph(300, 3000, seed=4), 16, args, env)
     passes = workload["passes"]
-    assert set(passes["forward"]["systems"]) == {"ngra fused_gather", "ngra fused_gather (op)", "cuSPARSE SpMM (CuPy)"}
+    assert set(passes["forward"]["systems"]) == {"ngra fused_gather", "ngra fused_gather (op)",
+                                                 "ngra fused_gather (op, no plan)", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dx"]["systems"]) == {"ngra fused_gather_grad", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dweight"]["systems"]) == {"ngra fused_gather_grad", "gather + sum (CuPy)"}
     assert set(passes["gate"]["systems"]) == {"ngra gate_tanh (template)", "ngra edge code (interp.)"}

@@ -1,0 +1,148 @@
+"""NgraPrepareGraph: an adjacency checked once, its plan carried to the fused ops.
+
+On a GPU the plan holds the walks' schedules and a fused op given it checks
+only shapes (the CUDA harness compares both paths bit for bit, and
+tools/bench_cuda.py times them). Here, without a GPU, the op checks the
+graph with the fused ops' messages and returns an empty plan, the CPU
+kernels ignore any plan, and the runtime's plumbing (packed chunks, chunks
+copied to a lane) is exercised by pretending a GPU is visible.
+"""
+
+import keras
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import ngra_tf
+from ngra_tf import recipes
+from ngra_tf.ops import propagation
+from ngra_tf.runtime import chunks as chunks_module
+from ngra_tf.runtime import residency
+from ngra_tf.store import write_store
+from ngra_tf.store.reader import StoreReader
+from ngra_testlib import lib
+from test_bad_input import GRAPH, call_fused, fused_inputs
+
+ARRAYS = ("csc_indptr", "csc_src", "csr_indptr", "csr_dst", "csr_edge")
+
+
+def prepare(index_dtype=np.int32, **overrides):
+    a = GRAPH.adjacency
+    arrays = {name: overrides.get(name, getattr(a, name)) for name in ARRAYS}
+    return lib().ngra_prepare_graph(*(tf.constant(np.asarray(arrays[name], index_dtype)) for name in ARRAYS))
+
+
+@pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
+def test_the_cpu_plan_is_empty(index_dtype):
+    plan = prepare(index_dtype)
+    assert plan.dtype == tf.int8 and plan.shape == (0,)
+
+
+BAD_GRAPHS = [
+    ("csc_src out of range", {"csc_src": [0, 1, 1, 4, 2]}),
+    ("csc_indptr decreasing", {"csc_indptr": [0, 2, 1, 4, 5]}),
+    ("csc_indptr start", {"csc_indptr": [1, 1, 3, 5, 5]}),
+    ("csr_edge repeated", {"csr_edge": [0, 1, 1, 3, 4]}),
+    ("csr_dst out of range", {"csr_dst": [1, 2, 7, 0, 2]}),
+    ("csr_dst count", {"csr_dst": [1, 2, 2, 0]}),
+]
+
+
+@pytest.mark.parametrize("what,overrides", BAD_GRAPHS, ids=[case[0] for case in BAD_GRAPHS])
+def test_a_bad_graph_gets_the_fused_ops_message(what, overrides):
+    """The checks a fused op would make of these arrays (its d/dx_src walk reads the CSR ones), made once."""
+    with pytest.raises(tf.errors.InvalidArgumentError) as fused:
+        ngra_tf.ops.library().ngra_fused_gather_grad(
+            np.ones((4, 2), np.float32), np.zeros(0, np.int32),
+            **{k: v for k, v in _fused_inputs(overrides).items() if k != "init"},
+            program="src_add_dst", reduce="sum", wrt="x_src")
+    with pytest.raises(tf.errors.InvalidArgumentError) as prepared:
+        prepare(**overrides)
+    assert _text(prepared.value) == _text(fused.value), what
+
+
+def _text(error):
+    """The kernel's message, without eager mode's op and function names around it."""
+    return error.message.split("}} ", 1)[-1].split(" [Op:", 1)[0]
+
+
+def _fused_inputs(overrides):
+    return fused_inputs("src_add_dst", **overrides)
+
+
+def test_the_source_count_is_csr_indptrs():
+    """Without x_src, the graph's sources are csr_indptr's segments: a short csr_indptr shows as csc_src ids
+    past them (a fused op, which knows x_src's rows, names csr_indptr's length instead)."""
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"csc_src\[0\] = 2 is out of range \[0, 2\)"):
+        prepare(csr_indptr=[0, 1, 5])
+
+
+def test_a_non_vector_indptr_is_named():
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"csr_indptr must be a non-empty vector, got shape \[\]"):
+        lib().ngra_prepare_graph(*(tf.constant(np.asarray(getattr(GRAPH.adjacency, n), np.int32)) if n != "csr_indptr"
+                                   else tf.constant(0) for n in ARRAYS))
+
+
+def test_the_cpu_kernels_ignore_a_plan():
+    """A plan is the GPU kernels' business: on the CPU any bytes give the same result as none."""
+    for program in ("copy_src", "src_add_dst", "gate_tanh"):
+        want, _ = call_fused(program)
+        got, _ = call_fused(program, plan=np.arange(-40, 40, dtype=np.int8))
+        np.testing.assert_array_equal(got, want)
+
+
+def test_without_a_gpu_no_graph_is_prepared():
+    adjacency = ngra_tf.Graph.from_edges([0, 1, 2], [1, 2, 0], 3).adjacency
+    plan = propagation.graph_plan(adjacency)
+    assert plan.shape == (0,) and adjacency._plan is None
+
+
+@pytest.fixture
+def gpu_pretended(monkeypatch):
+    """Every module that asks whether a GPU is visible hears yes: plans are made (empty on the CPU)."""
+    for module in (propagation, chunks_module, residency):
+        monkeypatch.setattr(module, "gpu_visible", lambda: True)
+
+
+def test_an_adjacency_is_prepared_once(gpu_pretended):
+    adjacency = ngra_tf.Graph.from_edges([0, 1, 2], [1, 2, 0], 3).adjacency
+    first = propagation.graph_plan(adjacency)
+    assert first.dtype == tf.int8 and adjacency._plan is first
+    assert propagation.graph_plan(adjacency) is first
+
+
+def test_packed_and_copied_chunks_carry_their_plans(gpu_pretended, tmp_path):
+    graph = ngra_tf.Graph.from_edges(np.arange(30) % 7, (np.arange(30) * 3) % 7, 7)
+    partition = graph.partition(2)
+    packed = chunks_module.PackedChunks(partition)
+    chunk = packed.chunk(tf.constant(3))
+    plan = chunk.adjacency.plan(None)
+    assert plan is not None and plan.dtype == tf.int8
+    store = write_store(tmp_path / "store", graph, 2, {"features": np.ones((7, 2), np.float32)})
+    reader = StoreReader(store, ["features"])
+    copied = residency.CopiedChunks(reader, "/cpu:0", copy=True).chunk(tf.constant(1))
+    assert copied.adjacency.plan(None) is not None
+
+
+@pytest.mark.parametrize("model", ["gcn", "gat"])
+def test_training_with_plans_equals_training_without(monkeypatch, model):
+    """The plumbing a GPU run takes (a plan per packed chunk, fed to every fused op and its gradients)
+    changes nothing: P = 3, the fused ops (GCN) and edge code (GAT)."""
+    rng = np.random.default_rng(0)
+    graph = recipes.prepare_graph(model, ngra_tf.Graph.from_edges(rng.integers(0, 60, 400), rng.integers(0, 60, 400),
+                                                                  60))
+    features = rng.normal(size=(60, 6)).astype(np.float32)
+    labels, mask = rng.integers(0, 3, 60), rng.random(60) < 0.6
+    results = []
+    for visible in (True, False):
+        for module in (propagation, chunks_module, residency):
+            monkeypatch.setattr(module, "gpu_visible", lambda visible=visible: visible)
+        keras.utils.set_random_seed(1)
+        built = recipes.build_model(model, graph, 3, hidden=5, num_features=6, chunks=3)
+        built.compile(optimizer=keras.optimizers.Adam(0.05), loss=ngra_tf.masked_loss())
+        history = built.fit(features, labels, sample_weight=mask, epochs=2, verbose=0).history
+        results.append((history["loss"], built.get_weights()))
+    (loss_plan, weights_plan), (loss, weights) = results
+    np.testing.assert_array_equal(loss_plan, loss)
+    for got, want in zip(weights_plan, weights):
+        np.testing.assert_array_equal(got, want)
