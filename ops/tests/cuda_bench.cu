@@ -6,8 +6,9 @@
 // Three ways to time the forward:
 //   ngra_bench_spmm:         the kernels alone, over the schedule of the
 //                            graph's plan, prepared once by ngra_bench_create;
-//   ngra_bench_spmm_op:      what the TF op does per call given that plan
-//                            (NgraPrepareGraph's): host checks of the shapes,
+//   ngra_bench_spmm_op:      what the TF op does per call given the plan
+//                            NgraPrepareGraph makes (the ops' own chunk,
+//                            whatever the handle's): host checks of the shapes,
 //                            then the kernels, with scratch from a
 //                            preallocated arena (TF's allocator is pooled too);
 //   ngra_bench_spmm_op_cold: the TF op without a plan: device-side argument
@@ -77,9 +78,10 @@ struct Bench {
   Segments<int32_t> csc;  // by destination; edge ids are positions
   Segments<int32_t> csr;  // by source; edge_ids maps to the CSC positions
   int64_t num_src = 0, num_edges = 0, chunk = 256;
-  void* plan_block = nullptr;  // in `persistent`: PlanBytes of it
-  int64_t plan_bytes = 0;
+  void* plan_block = nullptr;  // in `persistent`: PlanBytes of it, for `chunk`
   ngra::gpu::GraphPlan<int32_t> plan;  // its schedules: forward, backward (d/dx_src), per_edge (d/dweight)
+  void* op_plan_block = nullptr;  // the plan the TF op would get: NgraPrepareGraph's, for the default chunk
+  int64_t op_plan_bytes = 0;
   Arena persistent;  // the plan
   Arena scratch;     // per call
   // The gate as edge code for gate_width, on the device (cudaMalloc'd).
@@ -165,7 +167,7 @@ ngra::gpu::FusedInputs OpInputs(const Bench* b, const float* x, const float* wei
   in.csr_indptr = TensorInfo{b->csr.indptr, {b->num_src + 1}};
   in.csr_dst = TensorInfo{b->csr.indices, {E}};
   in.csr_edge = TensorInfo{b->csr.edge_ids, {E}};
-  in.plan = with_plan ? TensorInfo{b->plan_block, {b->plan_bytes}} : TensorInfo{nullptr, {0}};
+  in.plan = with_plan ? TensorInfo{b->op_plan_block, {b->op_plan_bytes}} : TensorInfo{nullptr, {0}};
   return in;
 }
 
@@ -208,19 +210,26 @@ void* ngra_bench_create(void* stream, int device, int64_t num_dst, int64_t num_s
   b->chunk = chunk;
   // The graph's plan, and room for the temporaries of its sorts and scans.
   const ngra::gpu::WalkConfig config{chunk};
-  b->plan_bytes = ngra::gpu::PlanBytes<int32_t>(num_src, num_dst, num_edges, config);
-  cudaError_t status = b->persistent.Reserve(static_cast<size_t>(b->plan_bytes) + (64 << 20));
+  const ngra::gpu::WalkConfig op_config;  // the ops' own
+  const int64_t plan_bytes = ngra::gpu::PlanBytes<int32_t>(num_src, num_dst, num_edges, config);
+  b->op_plan_bytes = ngra::gpu::PlanBytes<int32_t>(num_src, num_dst, num_edges, op_config);
+  cudaError_t status = b->persistent.Reserve(static_cast<size_t>(plan_bytes + b->op_plan_bytes) + (64 << 20));
   if (status == cudaSuccess) status = b->scratch.Reserve(static_cast<size_t>(scratch_bytes));
   if (status != cudaSuccess) {
     Fail(ngra::gpu::CudaError("allocating the benchmark arenas", status));
     delete b;
     return nullptr;
   }
-  b->plan_block = b->persistent.Allocate(static_cast<size_t>(b->plan_bytes));
+  b->plan_block = b->persistent.Allocate(static_cast<size_t>(plan_bytes));
+  b->op_plan_block = chunk == op_config.max_chunk ? b->plan_block
+                                                  : b->persistent.Allocate(static_cast<size_t>(b->op_plan_bytes));
   b->gpu.allocate = [b](size_t bytes) { return b->persistent.Allocate(bytes); };
   ngra::gpu::DeviceScope scope(b->gpu);
   std::string error = scope.error();
   if (error.empty()) error = ngra::gpu::PrepareGraph(b->gpu, b->csc, b->csr, num_edges, b->plan_block, config);
+  if (error.empty() && b->op_plan_block != b->plan_block) {
+    error = ngra::gpu::PrepareGraph(b->gpu, b->csc, b->csr, num_edges, b->op_plan_block, op_config);
+  }
   if (error.empty()) error = ngra::gpu::LastError(b->gpu);
   if (!error.empty()) {
     Fail(error);
@@ -243,8 +252,8 @@ int ngra_bench_spmm(void* handle, const float* x, const float* weight, int64_t w
   });
 }
 
-// The TF op's path over the graph's plan (which the op checks against the
-// default chunk: run with --chunk=1024).
+// The TF op's path over the graph's plan, made for the ops' own chunk
+// whatever --chunk says (the other entry points use --chunk).
 int ngra_bench_spmm_op(void* handle, const float* x, const float* weight, int64_t width, float* out) {
   return SpmmOp(handle, x, weight, width, out, true);
 }

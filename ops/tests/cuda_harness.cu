@@ -629,9 +629,38 @@ struct Size {
   std::vector<int64_t> chunks;
 };
 
+// One line per group of checks as it ends (count, seconds, and where they
+// went: g_phases), and one per setting of a group, so that a run stopped by
+// a time limit still shows where its time went.
+class Progress {
+ public:
+  Progress(const char* runtime, const Tally& tally, const char* indent = "  ")
+      : runtime_(runtime), indent_(indent), tally_(tally), last_(tally.passed + tally.failed), phases_(g_phases) {}
+  void Done(const std::string& group) {
+    const auto now = std::chrono::steady_clock::now();
+    const int64_t count = tally_.passed + tally_.failed;
+    std::printf("%s%s %-34s %6lld checks %8.2f s (CPU reference %.2f s, memory and waits %.2f s)\n", indent_,
+                runtime_, group.c_str(), static_cast<long long>(count - last_),
+                std::chrono::duration<double>(now - start_).count(), g_phases.reference - phases_.reference,
+                g_phases.memory - phases_.memory);
+    start_ = now;
+    last_ = count;
+    phases_ = g_phases;
+  }
+
+ private:
+  const char* runtime_;
+  const char* indent_;
+  const Tally& tally_;
+  int64_t last_;
+  Phases phases_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 template <typename Runtime, typename T, typename Index>
 void RunSetting(Runtime& rt, const Size& size, const char* type_name, Tally& tally) {
   const Graph<Index> narrow = MakeGraph<Index>(size.spec), wide = MakeGraph<Index>(size.wide_spec);
+  Progress setting(Runtime::kName, tally, "    ");
   for (int64_t chunk : size.chunks) {
 #if NGRA_HARNESS_GPU
     if (std::strcmp(Runtime::kName, "gpu") == 0) {
@@ -648,30 +677,10 @@ void RunSetting(Runtime& rt, const Size& size, const char* type_name, Tally& tal
       s.AllFused();
       s.Gathers();
       rt.Reset();
+      setting.Done(std::string(type_name) + " d=" + std::to_string(width) + " chunk=" + std::to_string(chunk));
     }
   }
 }
-
-// One line per group of checks as it ends (count, seconds), so that a run
-// stopped by a time limit still shows where its time went.
-class Progress {
- public:
-  Progress(const char* runtime, const Tally& tally) : runtime_(runtime), tally_(tally), last_(tally.passed + tally.failed) {}
-  void Done(const std::string& group) {
-    const auto now = std::chrono::steady_clock::now();
-    const int64_t count = tally_.passed + tally_.failed;
-    std::printf("  %s %-34s %6lld checks %8.2f s\n", runtime_, group.c_str(), static_cast<long long>(count - last_),
-                std::chrono::duration<double>(now - start_).count());
-    start_ = now;
-    last_ = count;
-  }
-
- private:
-  const char* runtime_;
-  const Tally& tally_;
-  int64_t last_;
-  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
-};
 
 template <typename Runtime>
 void RunAll(Runtime& rt, bool large, bool quick, Tally& tally) {

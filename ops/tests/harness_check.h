@@ -5,6 +5,7 @@
 #define NGRA_OPS_TESTS_HARNESS_CHECK_H_
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -30,6 +31,28 @@ struct Tally {
       if (failed <= 50) std::printf("FAIL %s: %s\n", name.c_str(), error.c_str());
     }
   }
+};
+
+// Where a group of checks spends its time, for its progress line: the CPU
+// reference results (CpuRun) and the runtime's memory calls and waits
+// (allocations, copies, synchronisations); the rest is launches (the
+// emulated kernels themselves), comparisons and making the data.
+struct Phases {
+  double reference = 0, memory = 0;  // seconds
+};
+inline Phases g_phases;
+
+// Adds the seconds of its scope to *sink.
+class Timed {
+ public:
+  explicit Timed(double* sink) : sink_(sink), start_(std::chrono::steady_clock::now()) {}
+  ~Timed() { *sink_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  Timed(const Timed&) = delete;
+  Timed& operator=(const Timed&) = delete;
+
+ private:
+  double* sink_;
+  std::chrono::steady_clock::time_point start_;
 };
 
 // Cases whose name contains --filter's value (all when empty).
@@ -144,6 +167,7 @@ std::string CompareSums(const std::vector<T>& got, const std::vector<T>& want, i
 // reference is the slow side of a GPU run).
 template <typename Index, typename Fn>
 void CpuRun(const Segments<Index>& seg, Fn&& fn) {
+  Timed timed(&g_phases.reference);
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   const std::vector<int64_t> bounds = BalancedBlocks(seg.indptr, seg.num_segments, 4 * threads);
   const int64_t blocks = static_cast<int64_t>(bounds.size()) - 1;
