@@ -132,8 +132,8 @@ class Adjacency:
 
     def plan(self, prepare):
         """prepare(self.tensors()) (NgraPrepareGraph's plan, ngra_tf.ops.propagation.graph_plan), made once,
-        eagerly, where the ops would place it: the fused ops then reuse the walks' schedules rather than
-        checking these arrays and scheduling them again on every call."""
+        eagerly, where the ops would place it: the fused ops then skip checking these arrays (and on a GPU
+        reuse the walks' schedules) rather than doing it again on every call."""
         if self._plan is None:
             with tf.init_scope():
                 self._plan = prepare(self.tensors())

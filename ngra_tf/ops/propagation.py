@@ -101,21 +101,18 @@ def _empty(dtype):
     return tf.zeros([0], dtype)
 
 
-def gpu_visible() -> bool:
-    """Whether TensorFlow sees a GPU, where the fused ops place themselves by default."""
-    return bool(tf.config.list_logical_devices("GPU"))
-
-
 def prepare_graph(tensors):
     """NgraPrepareGraph of an adjacency's five index arrays (AdjacencyTensors), on the current device: the
-    fused ops' checks of them, once, and on a GPU the walks' schedules in one int8 tensor."""
-    return library().ngra_prepare_graph(*tensors)
+    fused ops' checks of them, once, as an int8 plan the fused ops take instead of checking again (on a GPU
+    it also holds the walks' schedules); None without the compiled library."""
+    lib = library()
+    return None if lib is None else lib.ngra_prepare_graph(*tensors)
 
 
 def graph_plan(adjacency):
     """The plan the fused ops take with adjacency's arrays: its prepared one (made once per Adjacency, or by
-    the loader of a LoadedAdjacency) where a GPU is visible, else empty (the CPU ops use none)."""
-    plan = adjacency.plan(prepare_graph) if gpu_visible() else None
+    the loader of a LoadedAdjacency), else an empty one (the ops then check the arrays themselves)."""
+    plan = adjacency.plan(prepare_graph)
     return _empty(tf.int8) if plan is None else plan
 
 

@@ -4,10 +4,10 @@
 lists: one per index array (and the edge data), element k chunk k's array, so
 a loop iteration reads chunk k out of them without copying its edges (a list
 element is the tensor itself; a slice of one concatenated tensor would copy
-it, on every access). Where a GPU is visible each chunk is also prepared
-once (NgraPrepareGraph: its walks' schedules, position-free bytes), and the
-plans are packed the same way, so that no fused op of a loop checks and
-schedules its chunk again. The store reader (ngra_tf.store.reader.StoreReader)
+it, on every access). Each chunk is also prepared once (NgraPrepareGraph:
+its arrays checked, and on a GPU its walks' schedules, in position-free
+bytes), and the plans are packed the same way, so that no fused op of a loop
+checks or schedules its chunk again. The store reader (ngra_tf.store.reader.StoreReader)
 answers the same `chunk(k)` with ops that read chunk k's files when the
 iteration runs.
 """
@@ -19,7 +19,7 @@ import tensorflow as tf
 
 from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
-from ngra_tf.ops.propagation import gpu_visible, prepare_graph
+from ngra_tf.ops.propagation import prepare_graph
 
 INDEX_ARRAYS = AdjacencyTensors._fields
 
@@ -55,7 +55,7 @@ class PackedChunks:
                 sample = partition.chunk(0, 0).edge_data
                 arrays = [np.zeros((0,) + sample.shape[1:], sample.dtype) if d is None else d for d in data]
                 self.lists["edge_data"] = _tensor_list(arrays, tf.as_dtype(sample.dtype))
-        self._plans = _prepared(pieces, index_dtype, device) if gpu_visible() else None
+        self._plans = _prepared(pieces, index_dtype, device)
         self.index_dtype = tf.as_dtype(index_dtype)
         self._partition, self._wanted, self._device = partition, wanted, device
         self._ids = None  # the edge ids' list, packed when a layer first reads them
@@ -95,15 +95,18 @@ def _item(packed, k):
 
 def _prepared(pieces, index_dtype, device):
     """The packed chunks' plans (NgraPrepareGraph, made eagerly on the device the fused ops default to) as a
-    tensor list on `device`; an empty plan for a chunk not packed."""
+    tensor list on `device`; an empty plan for a chunk not packed; None without the compiled library."""
     plans = []
     with tf.init_scope():
         for k in range(len(pieces[INDEX_ARRAYS[0]])):
             if pieces[INDEX_ARRAYS[0]][k] is None:
                 plans.append(np.zeros(0, np.int8))
                 continue
-            arrays = [tf.constant(pieces[name][k].astype(index_dtype, copy=False)) for name in INDEX_ARRAYS]
-            plans.append(prepare_graph(arrays).numpy())
+            plan = prepare_graph([tf.constant(pieces[name][k].astype(index_dtype, copy=False))
+                                  for name in INDEX_ARRAYS])
+            if plan is None:
+                return None
+            plans.append(plan.numpy())
         with tf.device(device or "/cpu:0"):
             return _tensor_list(plans, tf.int8)
 

@@ -33,7 +33,7 @@ from ngra_tf.graph.adjacency import AdjacencyTensors, LoadedAdjacency
 from ngra_tf.graph.partition import LoadedChunk
 from ngra_tf.ops.cache import cache_clear, cache_erase, new_cache
 from ngra_tf.ops.copy import copy_h2d
-from ngra_tf.ops.propagation import gpu_visible, prepare_graph
+from ngra_tf.ops.propagation import prepare_graph
 from ngra_tf.runtime.chunks import PackedChunks
 from ngra_tf.runtime.spill import SpillDirectory
 from ngra_tf.store.reader import StoreReader
@@ -216,14 +216,14 @@ class CachedChunks:
 
 
 def _copied(loaded, lane, copy):
-    """A chunk read on the host, copied to `lane` (or not: the lane is the host). On a GPU the copy is
-    prepared once (graph_plan), for every fused op of the step that reads it."""
+    """A chunk read on the host, copied to `lane` (or not: the lane is the host), and prepared there once
+    (prepare_graph) for every fused op of the step that reads it."""
     if not copy:
         return loaded
     with on_lane(lane):
         tensors = [copy_h2d(t) for t in loaded.adjacency.tensors()]
         data = None if loaded.edge_data is None else copy_h2d(loaded.edge_data)
-        plan = prepare_graph(tensors) if gpu_visible() else None
+        plan = prepare_graph(tensors)
 
     def ids():
         with on_lane(lane):

@@ -142,9 +142,11 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
   if (x_src.dims() != 2) return InvalidArgument("x_src must be a matrix [num_src, width], got ", ShapeOf(x_src));
   args->num_src = x_src.dim_size(0);
   args->num_dst = csc_indptr.dims() == 1 ? csc_indptr.NumElements() - 1 : -1;
-  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csc_indptr, "csc_indptr", -1, &args->num_edges));
+  // The index arrays' values were checked when the graph was prepared, if its plan (the last input) fits them.
+  const bool prepared =
+      CpuPlanFits(ctx->input(ctx->num_inputs() - 1), args->num_src, args->num_dst, csc_src.NumElements());
+  TF_RETURN_IF_ERROR(CheckCsc<Index>(ctx, csc_indptr, csc_src, args->num_src, prepared, &args->num_edges));
   const int64_t E = args->num_edges;
-  TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csc_src, "csc_src", E, args->num_src));
   args->csc = MakeSegments<Index>(csc_indptr, &csc_src, nullptr);
   TF_RETURN_IF_ERROR(CheckOperand(x_dst, "x_dst", attrs.reads[kLoadDst], args->num_dst, "destination vertex"));
   TF_RETURN_IF_ERROR(CheckOperand(edge, "edge_data", attrs.reads[kLoadEdge], E, "edge"));
@@ -216,7 +218,8 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
   p.contiguous = args->contiguous.data();
   p.uniform = args->uniform.data();
 
-  TF_RETURN_IF_ERROR(CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr));
+  TF_RETURN_IF_ERROR(
+      CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr, prepared));
   args->csr = MakeSegments<Index>(csr_indptr, &csr_dst, &csr_edge);
   return absl::OkStatus();
 }

@@ -34,7 +34,9 @@ inline absl::Status InfoOf(const std::string& program, ProgramInfo* info) {
 }
 
 // Validates the nine fused-gather inputs starting at input `first`. The CSR
-// arrays are checked in full only when `check_csr` (the walks that read them).
+// arrays are checked in full only when `check_csr` (the walks that read them);
+// the index arrays' values not at all when the op's plan (its last input)
+// fits them (CpuPlanFits).
 template <typename T, typename Index>
 absl::Status ParseFusedArgs(OpKernelContext* ctx, int first, const std::string& program,
                             bool check_csr, FusedArgs<T, Index>* args) {
@@ -67,9 +69,10 @@ absl::Status ParseFusedArgs(OpKernelContext* ctx, int first, const std::string& 
   in.width = x_src.dim_size(want_rank - 1);
 
   args->num_dst = csc_indptr.dims() == 1 ? csc_indptr.NumElements() - 1 : -1;
-  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csc_indptr, "csc_indptr", -1, &args->num_edges));
+  const bool prepared =
+      CpuPlanFits(ctx->input(ctx->num_inputs() - 1), args->num_src, args->num_dst, csc_src.NumElements());
+  TF_RETURN_IF_ERROR(CheckCsc<Index>(ctx, csc_indptr, csc_src, args->num_src, prepared, &args->num_edges));
   const int64_t E = args->num_edges;
-  TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csc_src, "csc_src", E, args->num_src));
   args->csc = MakeSegments<Index>(csc_indptr, &csc_src, nullptr);
 
   if (info.uses_dst) {
@@ -105,7 +108,8 @@ absl::Status ParseFusedArgs(OpKernelContext* ctx, int first, const std::string& 
     return InvalidArgument("edge_type must be empty: program ", program, " does not read it");
   }
 
-  TF_RETURN_IF_ERROR(CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr));
+  TF_RETURN_IF_ERROR(
+      CheckCsr<Index>(ctx, csr_indptr, csr_dst, csr_edge, args->num_src, args->num_dst, E, check_csr, prepared));
   args->csr = MakeSegments<Index>(csr_indptr, &csr_dst, &csr_edge);
   return absl::OkStatus();
 }

@@ -5,6 +5,7 @@
 #define NGRA_OPS_CC_OP_UTIL_H_
 
 #include <atomic>
+#include <cstring>
 #include <functional>
 #include <string>
 #include <type_traits>
@@ -60,16 +61,22 @@ inline void ParallelRange(OpKernelContext* ctx, int64_t n,
 inline std::string ShapeOf(const Tensor& t) { return t.shape().DebugString(); }
 
 // indptr must be [num_segments + 1] (any length when num_segments < 0),
-// start at 0 and never decrease. Sets *num_positions to its last value.
+// start at 0 and never decrease. Sets *num_positions to its last value. With
+// known_last (a prepared graph's: its values were checked when it was
+// prepared) only the shape is checked, and *num_positions is *known_last.
 template <typename Index>
 absl::Status CheckIndptr(const Tensor& indptr, const char* name, int64_t num_segments,
-                         int64_t* num_positions) {
+                         int64_t* num_positions, const int64_t* known_last = nullptr) {
   if (indptr.dims() != 1 || indptr.NumElements() < 1) {
     return InvalidArgument(name, " must be a non-empty vector, got shape ", ShapeOf(indptr));
   }
   if (num_segments >= 0 && indptr.NumElements() != num_segments + 1) {
     return InvalidArgument(name, " must have ", num_segments + 1, " entries (one per vertex, plus one), got ",
                            indptr.NumElements());
+  }
+  if (known_last != nullptr) {
+    *num_positions = *known_last;
+    return absl::OkStatus();
   }
   const auto p = indptr.flat<Index>();
   if (p(0) != 0) return InvalidArgument(name, "[0] must be 0, got ", p(0));
@@ -83,14 +90,20 @@ absl::Status CheckIndptr(const Tensor& indptr, const char* name, int64_t num_seg
   return absl::OkStatus();
 }
 
+// The shape half of CheckIds: a vector (any shape when `vector` is false) of `size` ids.
+inline absl::Status CheckIdsShape(const Tensor& ids, const char* name, int64_t size, bool vector = true) {
+  if ((vector && ids.dims() != 1) || ids.NumElements() != size) {
+    return InvalidArgument(name, " must be a vector of ", size, " ids, got shape ", ShapeOf(ids));
+  }
+  return absl::OkStatus();
+}
+
 // ids must be a vector of `size` values in [lower, bound) (any shape when
 // `vector` is false).
 template <typename Index>
 absl::Status CheckIds(OpKernelContext* ctx, const Tensor& ids, const char* name, int64_t size,
                       int64_t bound, int64_t lower = 0, bool vector = true) {
-  if ((vector && ids.dims() != 1) || ids.NumElements() != size) {
-    return InvalidArgument(name, " must be a vector of ", size, " ids, got shape ", ShapeOf(ids));
-  }
+  TF_RETURN_IF_ERROR(CheckIdsShape(ids, name, size, vector));
   const Index* v = ids.flat<Index>().data();
   std::atomic<int64_t> bad{size};
   ParallelRange(ctx, size, [&](int64_t begin, int64_t end) {
@@ -153,21 +166,57 @@ absl::Status OutputFromInit(OpKernelContext* ctx, int init_input, const ::tensor
   return ctx->forward_input_or_allocate_output({init_input}, 0, out_shape, out);
 }
 
+// ---- A graph prepared once (NgraPrepareGraph) ----
+//
+// On the CPU a plan is kCpuPlanBytes: a tag, then the graph's source,
+// destination and edge counts. A fused op given a plan that fits its index
+// arrays' sizes skips the checks of their values, which NgraPrepareGraph
+// made, and checks only their shapes; any other plan (empty, a GPU's, another
+// graph's) is ignored and the values are checked as without one.
+constexpr int64_t kCpuPlanBytes = 32;
+constexpr char kCpuPlanTag[8] = {'n', 'g', 'r', 'a', 'c', 'p', 'u', '1'};
+
+inline void WriteCpuPlan(int64_t num_src, int64_t num_dst, int64_t num_edges, char* plan) {
+  const int64_t sizes[3] = {num_src, num_dst, num_edges};
+  std::memcpy(plan, kCpuPlanTag, sizeof(kCpuPlanTag));
+  std::memcpy(plan + sizeof(kCpuPlanTag), sizes, sizeof(sizes));
+}
+
+inline bool CpuPlanFits(const Tensor& plan, int64_t num_src, int64_t num_dst, int64_t num_edges) {
+  if (plan.dims() != 1 || plan.NumElements() != kCpuPlanBytes) return false;
+  char expected[kCpuPlanBytes];
+  WriteCpuPlan(num_src, num_dst, num_edges, expected);
+  return std::memcmp(plan.tensor_data().data(), expected, kCpuPlanBytes) == 0;
+}
+
+// A fused op's CSC arrays: csc_indptr [num_dst + 1] and csc_src [E] with ids
+// in [0, num_src); sets *num_edges. Prepared: shapes only (CpuPlanFits).
+template <typename Index>
+absl::Status CheckCsc(OpKernelContext* ctx, const Tensor& csc_indptr, const Tensor& csc_src, int64_t num_src,
+                      bool prepared, int64_t* num_edges) {
+  const int64_t known = csc_src.NumElements();
+  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csc_indptr, "csc_indptr", -1, num_edges, prepared ? &known : nullptr));
+  if (prepared) return CheckIdsShape(csc_src, "csc_src", *num_edges);
+  return CheckIds<Index>(ctx, csc_src, "csc_src", *num_edges, num_src);
+}
+
 // The CSR arrays a fused op carries for its gradient: they must count the E
 // edges of its CSC arrays; checked in full only when `check_csr` (the walks
-// that read them).
+// that read them) and the graph is not prepared.
 template <typename Index>
 absl::Status CheckCsr(OpKernelContext* ctx, const Tensor& csr_indptr, const Tensor& csr_dst, const Tensor& csr_edge,
-                      int64_t num_src, int64_t num_dst, int64_t E, bool check_csr) {
+                      int64_t num_src, int64_t num_dst, int64_t E, bool check_csr, bool prepared = false) {
   int64_t csr_positions = 0;
-  TF_RETURN_IF_ERROR(CheckIndptr<Index>(csr_indptr, "csr_indptr", num_src, &csr_positions));
+  const int64_t known = csr_dst.NumElements();
+  TF_RETURN_IF_ERROR(
+      CheckIndptr<Index>(csr_indptr, "csr_indptr", num_src, &csr_positions, prepared ? &known : nullptr));
   if (csr_positions != E || csr_dst.dims() != 1 || csr_dst.NumElements() != E || csr_edge.dims() != 1 ||
       csr_edge.NumElements() != E) {
     return InvalidArgument("csr_indptr[-1], csr_dst and csr_edge must all count the ", E,
                            " edges of csc_indptr; got ", csr_positions, ", ", ShapeOf(csr_dst), ", ",
                            ShapeOf(csr_edge));
   }
-  if (check_csr) {
+  if (check_csr && !prepared) {
     TF_RETURN_IF_ERROR(CheckIds<Index>(ctx, csr_dst, "csr_dst", E, num_dst));
     TF_RETURN_IF_ERROR(CheckPermutation<Index>(ctx, csr_edge, "csr_edge", E));
   }

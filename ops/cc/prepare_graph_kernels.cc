@@ -1,6 +1,7 @@
 // CPU kernel for NgraPrepareGraph: the fused ops' checks of an adjacency's
-// five index arrays, once. The CPU walks need no schedule, so the plan is
-// empty; the GPU kernel (ops/cuda/propagation_kernels_gpu.cc) fills it.
+// five index arrays, once. The CPU walks need no schedule: the plan is the
+// graph's sizes under a tag (op_util.h), which lets a fused op skip these
+// checks; the GPU kernel (ops/cuda/propagation_kernels_gpu.cc) adds the schedules.
 #include "ops/cc/op_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -27,12 +28,12 @@ class PrepareGraphOp : public OpKernel {
                 InvalidArgument("csr_indptr must be a non-empty vector, got shape ", ShapeOf(csr_indptr)));
     const int64_t num_dst = csc_indptr.NumElements() - 1, num_src = csr_indptr.NumElements() - 1;
     int64_t E = 0;
-    OP_REQUIRES_OK(ctx, CheckIndptr<Index>(csc_indptr, "csc_indptr", -1, &E));
-    OP_REQUIRES_OK(ctx, CheckIds<Index>(ctx, csc_src, "csc_src", E, num_src));
+    OP_REQUIRES_OK(ctx, CheckCsc<Index>(ctx, csc_indptr, csc_src, num_src, /*prepared=*/false, &E));
     OP_REQUIRES_OK(ctx, CheckCsr<Index>(ctx, csr_indptr, ctx->input(3), ctx->input(4), num_src, num_dst, E,
                                         /*check_csr=*/true));
     Tensor* plan = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({0}), &plan));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kCpuPlanBytes}), &plan));
+    WriteCpuPlan(num_src, num_dst, E, reinterpret_cast<char*>(plan->flat<int8_t>().data()));
   }
 };
 

@@ -98,9 +98,9 @@ template <typename Backend, typename Index>
 std::string ValidateGraph(const Backend& backend, const GraphInputs& graph, int64_t* num_src, int64_t* num_dst,
                           int64_t* num_edges);
 
-// The nine NgraFusedGather inputs, x_src first, and the graph's plan: empty,
-// or NgraPrepareGraph's of these very arrays, which then are not checked
-// again (only their sizes, and the plan's against them).
+// The nine NgraFusedGather inputs, x_src first, and the graph's plan:
+// NgraPrepareGraph's of these very arrays, which then are not checked again
+// (only their shapes), or any other, which is ignored (GpuPlanFits).
 struct FusedInputs {
   TensorInfo x_src, x_dst, edge_weight, edge_type, csc_indptr, csc_src, csr_indptr, csr_dst, csr_edge;
   TensorInfo plan;

@@ -1,11 +1,10 @@
 """NgraPrepareGraph: an adjacency checked once, its plan carried to the fused ops.
 
-On a GPU the plan holds the walks' schedules and a fused op given it checks
-only shapes (the CUDA harness compares both paths bit for bit, and
-tools/bench_cuda.py times them). Here, without a GPU, the op checks the
-graph with the fused ops' messages and returns an empty plan, the CPU
-kernels ignore any plan, and the runtime's plumbing (packed chunks, chunks
-copied to a lane) is exercised by pretending a GPU is visible.
+A fused op given the plan of its index arrays checks only their shapes; on a
+GPU the plan also holds the walks' schedules (the CUDA harness compares both
+paths bit for bit there, and tools/bench_cuda.py times them). On the CPU the
+plan is the graph's sizes under a tag, and any plan that does not fit the
+arrays is ignored: the op checks them as without one.
 """
 
 import keras
@@ -33,9 +32,11 @@ def prepare(index_dtype=np.int32, **overrides):
 
 
 @pytest.mark.parametrize("index_dtype", [np.int32, np.int64])
-def test_the_cpu_plan_is_empty(index_dtype):
-    plan = prepare(index_dtype)
-    assert plan.dtype == tf.int8 and plan.shape == (0,)
+def test_the_cpu_plan_is_the_graphs_sizes(index_dtype):
+    plan = prepare(index_dtype).numpy()
+    assert plan.dtype == np.int8 and plan.shape == (32,)
+    assert plan[:8].tobytes() == b"ngracpu1"
+    assert list(plan[8:].view(np.int64)) == [GRAPH.adjacency.num_src, GRAPH.adjacency.num_dst, GRAPH.num_edges]
 
 
 BAD_GRAPHS = [
@@ -83,60 +84,69 @@ def test_a_non_vector_indptr_is_named():
                                    else tf.constant(0) for n in ARRAYS))
 
 
-def test_the_cpu_kernels_ignore_a_plan():
-    """A plan is the GPU kernels' business: on the CPU any bytes give the same result as none."""
-    for program in ("copy_src", "src_add_dst", "gate_tanh"):
-        want, _ = call_fused(program)
-        got, _ = call_fused(program, plan=np.arange(-40, 40, dtype=np.int8))
-        np.testing.assert_array_equal(got, want)
+PROGRAMS_TRIED = ("copy_src", "src_add_dst", "gate_tanh", "src_mul_edge")
 
 
-def test_without_a_gpu_no_graph_is_prepared():
-    adjacency = ngra_tf.Graph.from_edges([0, 1, 2], [1, 2, 0], 3).adjacency
-    plan = propagation.graph_plan(adjacency)
-    assert plan.shape == (0,) and adjacency._plan is None
+def _results(program, plan):
+    """Forward and d/dx_src of a raw fused op over GRAPH, given `plan`."""
+    out, _ = call_fused(program, plan=plan)
+    inputs = {k: v for k, v in fused_inputs(program, plan=plan).items() if k != "init"}
+    d_x = ngra_tf.ops.library().ngra_fused_gather_grad(np.ones((4, 2), np.float32), np.zeros(0, np.int32), **inputs,
+                                                       program=program, reduce="sum", wrt="x_src")
+    return out.numpy(), d_x.numpy()
 
 
-@pytest.fixture
-def gpu_pretended(monkeypatch):
-    """Every module that asks whether a GPU is visible hears yes: plans are made (empty on the CPU)."""
-    for module in (propagation, chunks_module, residency):
-        monkeypatch.setattr(module, "gpu_visible", lambda: True)
+@pytest.mark.parametrize("program", PROGRAMS_TRIED)
+def test_a_plan_changes_no_result(program):
+    """With the plan of its arrays, with none, or with bytes that are no plan: the same results."""
+    want = _results(program, np.zeros(0, np.int8))
+    for plan in (prepare().numpy(), np.arange(-40, 40, dtype=np.int8), np.zeros(32, np.int8)):
+        for got, expected in zip(_results(program, plan), want):
+            np.testing.assert_array_equal(got, expected)
 
 
-def test_an_adjacency_is_prepared_once(gpu_pretended):
+def test_a_plan_that_does_not_fit_leaves_every_check_on():
+    """Another graph's plan, or bytes that are none, do not let bad arrays through."""
+    other = ngra_tf.Graph.from_edges([0, 1], [1, 0], 2).adjacency
+    other_plan = lib().ngra_prepare_graph(*other.tensors())
+    for plan in (other_plan.numpy(), np.arange(32, dtype=np.int8)):
+        with pytest.raises(tf.errors.InvalidArgumentError, match=r"csc_src\[3\] = 4 is out of range \[0, 4\)"):
+            call_fused("copy_src", csc_src=[0, 1, 1, 4, 2], plan=plan)
+
+
+def test_an_adjacency_is_prepared_once():
     adjacency = ngra_tf.Graph.from_edges([0, 1, 2], [1, 2, 0], 3).adjacency
     first = propagation.graph_plan(adjacency)
-    assert first.dtype == tf.int8 and adjacency._plan is first
+    assert first.dtype == tf.int8 and first.shape == (32,) and adjacency._plan is first
     assert propagation.graph_plan(adjacency) is first
 
 
-def test_packed_and_copied_chunks_carry_their_plans(gpu_pretended, tmp_path):
+def test_packed_and_copied_chunks_carry_their_plans(tmp_path):
     graph = ngra_tf.Graph.from_edges(np.arange(30) % 7, (np.arange(30) * 3) % 7, 7)
-    partition = graph.partition(2)
-    packed = chunks_module.PackedChunks(partition)
-    chunk = packed.chunk(tf.constant(3))
-    plan = chunk.adjacency.plan(None)
-    assert plan is not None and plan.dtype == tf.int8
+    packed = chunks_module.PackedChunks(graph.partition(2))
+    plan = packed.chunk(tf.constant(3)).adjacency.plan(None)
+    chunk = graph.partition(2).chunk(1, 1).adjacency
+    np.testing.assert_array_equal(plan, lib().ngra_prepare_graph(*chunk.tensors()))
     store = write_store(tmp_path / "store", graph, 2, {"features": np.ones((7, 2), np.float32)})
     reader = StoreReader(store, ["features"])
     copied = residency.CopiedChunks(reader, "/cpu:0", copy=True).chunk(tf.constant(1))
-    assert copied.adjacency.plan(None) is not None
+    assert copied.adjacency.plan(None).shape == (32,)
 
 
 @pytest.mark.parametrize("model", ["gcn", "gat"])
 def test_training_with_plans_equals_training_without(monkeypatch, model):
-    """The plumbing a GPU run takes (a plan per packed chunk, fed to every fused op and its gradients)
-    changes nothing: P = 3, the fused ops (GCN) and edge code (GAT)."""
+    """Packed chunks prepared (their plans fed to every fused op and its gradients) or not: the same
+    training, bit for bit; P = 3, the fused ops (GCN) and edge code (GAT)."""
     rng = np.random.default_rng(0)
     graph = recipes.prepare_graph(model, ngra_tf.Graph.from_edges(rng.integers(0, 60, 400), rng.integers(0, 60, 400),
                                                                   60))
     features = rng.normal(size=(60, 6)).astype(np.float32)
     labels, mask = rng.integers(0, 3, 60), rng.random(60) < 0.6
     results = []
-    for visible in (True, False):
-        for module in (propagation, chunks_module, residency):
-            monkeypatch.setattr(module, "gpu_visible", lambda visible=visible: visible)
+    for prepared in (True, False):
+        if not prepared:
+            for module in (propagation, chunks_module, residency):
+                monkeypatch.setattr(module, "prepare_graph", lambda tensors: None)
         keras.utils.set_random_seed(1)
         built = recipes.build_model(model, graph, 3, hidden=5, num_features=6, chunks=3)
         built.compile(optimizer=keras.optimizers.Adam(0.05), loss=ngra_tf.masked_loss())
