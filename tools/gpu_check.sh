@@ -14,10 +14,14 @@
 #
 # Seen on 2026-11-27: the build takes ~190 s on the lent machine's 16 cores, so
 # build here first (NGRA_TF_CUDA_ARCHS=90 python3 tools/build_cuda.py --harness
-# --bench-lib needs nvcc, no GPU) and carry build/cuda/cuda_harness (and
-# build/cuda/libngra_bench.so with its .flags file for the bench). On an H200 the
-# quick harness took 104 s, memcheck over "d=1 " 45 s; racecheck over "d=1 "
-# did not finish its first group in 110 s, hence the narrower default.
+# --bench-lib needs nvcc, no GPU) and carry build/cuda/cuda_harness and
+# build/cuda/libngra_bench.so with their .flags files, run with CARRIED=1: the
+# flags name the repository's path, which differs there, and the copies'
+# times must not look older than the sources, or the bench library is built
+# again (51 s). On an H200 the quick harness took 104-118 s, memcheck over
+# "d=1 " 38-45 s, racecheck over "d=1 chunk=256" 81 s (over "d=1 " it did not
+# finish its first group in 110 s); the whole harness did not finish its first
+# group in 180 s, and bench with --widths=128 took 190 s.
 set -u
 out=${1:-build/gpu-check}
 steps=${2:-build,quick,bench,full,memcheck,racecheck}
@@ -49,6 +53,11 @@ step() {
 }
 
 export NGRA_TF_CUDA_ARCHS=$arch PYTHONUNBUFFERED=1
+if [ "${CARRIED:-0}" = 1 ]; then  # binaries built on another machine from this very tree
+  for f in build/cuda/cuda_harness build/cuda/libngra_bench.so; do
+    [ -f "$f.flags" ] && sed -i "s|-I [^ ]* |-I $PWD |" "$f.flags" && touch "$f"
+  done
+fi
 [ -x build/cuda/cuda_harness ] || step build 240 python3 tools/build_cuda.py --harness --bench-lib
 step quick 150 build/cuda/cuda_harness --mode=gpu --quick
 # shellcheck disable=SC2086
