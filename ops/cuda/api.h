@@ -22,12 +22,12 @@
 #include <string>
 #include <vector>
 
+#include "ops/cuda/schedule.h"
 #include "ops/kernels/edge_code.h"
 #include "ops/kernels/programs.h"
 #include "ops/kernels/propagate.h"
 #include "ops/kernels/reducers.h"
 #include "ops/kernels/segments.h"
-#include "ops/cuda/schedule.h"
 
 namespace ngra {
 namespace gpu {
@@ -259,11 +259,12 @@ std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Ind
 //
 // Every fused op call over the same adjacency would check its index arrays
 // on the device (one synchronisation) and build the same schedules again.
-// PrepareGraph does both once, into one block of device memory that the
-// caller keeps with the graph (NgraPrepareGraph returns it as a tensor, as a
-// partition keeps its CSC and CSR); PlanOf finds the schedules in that block
-// from the graph's sizes, on the host. An op given the plan then checks only
-// shapes, on the host, and launches its kernels without waiting.
+// ValidateGraph (validate.h) and PrepareGraph do both once, the schedules
+// into one block of device memory that the caller keeps with the graph
+// (NgraPrepareGraph returns it as a tensor, as a partition keeps its CSC and
+// CSR); PlanOf finds the schedules in that block from the graph's sizes, on
+// the host. An op given the plan then checks only shapes, on the host, and
+// launches its kernels without waiting.
 
 // Bytes of the plan block of a graph with these sizes.
 template <typename Index>
