@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 import numpy as np
 
 from ngra_tf.graph.graph import Graph
@@ -51,7 +53,9 @@ def power_law_edges(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     All sources are drawn before all destinations from one generator; two
     copies of it, the second advanced past the sources' draws (one 64-bit
     step per double), give the same numbers block by block, so a graph too
-    big to hold is streamed exactly as power_law_graph would build it.
+    big to hold is streamed exactly as power_law_graph would build it. The
+    two generators are independent, so a block's sources and destinations
+    are drawn on two threads (numpy's draws and searchsorted release the GIL).
     """
     _check_sizes(num_vertices, num_edges)
     if exponent <= 1:
@@ -70,6 +74,8 @@ def power_law_edges(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     def draw(generator, count):
         return relabel[np.minimum(np.searchsorted(cumulative, generator.random(count)), num_vertices - 1)]
 
-    for start in range(0, max(num_edges, 1), block_edges):  # an edgeless graph is one empty block
-        count = min(block_edges, num_edges - start)
-        yield draw(src_draws, count), draw(dst_draws, count)
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        for start in range(0, max(num_edges, 1), block_edges):  # an edgeless graph is one empty block
+            count = min(block_edges, num_edges - start)
+            dst = pool.submit(draw, dst_draws, count)
+            yield draw(src_draws, count), dst.result()
