@@ -34,8 +34,12 @@ class PowerLawEdges(EdgeSource):
     def blocks(self, block_edges: int):
         start = 0
         for src, dst in power_law_edges(self.num_vertices, self.num_edges, seed=self.seed, block_edges=block_edges):
-            yield EdgeBlock(src.astype(np.int64), dst.astype(np.int64), np.arange(start, start + len(src)), None)
+            yield EdgeBlock(src.astype(np.int64, copy=False), dst.astype(np.int64, copy=False),
+                            np.arange(start, start + len(src)), None)
             start += len(src)
+
+    def known_sizes(self) -> tuple:
+        return self.num_vertices, self.num_edges
 
 
 class SyntheticFeatures(RowSource):

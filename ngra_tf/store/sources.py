@@ -15,8 +15,11 @@ degrees. Row sources yield consecutive blocks of a [V, ...] array from row
 
 from __future__ import annotations
 
+import collections
+import concurrent.futures
 import dataclasses
 import os
+import resource
 import tokenize
 import zipfile
 
@@ -28,17 +31,95 @@ from ngra_tf.graph import datasets
 
 @dataclasses.dataclass
 class Work:
-    """How a conversion may use memory and disk, and where it reports progress."""
+    """How a conversion may use memory, disk and cores, and where it reports progress."""
 
     scratch: str  # a directory for temporary files
     block_edges: int  # edges per streamed block
     block_bytes: int  # bytes of vertex rows per streamed block
     bucket_bytes: int  # bytes of records one in-memory bucket (sort, dedup) may hold
-    progress: object = None  # progress(stage, done, total) or None
+    progress: object = None  # progress(stage, done, total) or None; done and total in stage_unit(stage)
+    workers: int = dataclasses.field(default_factory=lambda: min(2, os.cpu_count() or 1))
 
     def report(self, stage: str, done: int, total: int | None) -> None:
         if self.progress is not None:
             self.progress(stage, done, total)
+
+    def map(self, function, items):
+        """function(item) for each item, in order, on `workers` threads.
+
+        numpy's sorts, gathers and arithmetic and file I/O release the GIL, so
+        independent blocks use every core. At most `workers` items are in
+        flight (and one being consumed), so memory stays a few blocks.
+        """
+        if self.workers <= 1:
+            yield from map(function, items)
+            return
+        pool = concurrent.futures.ThreadPoolExecutor(self.workers)
+        pending = collections.deque()
+        try:
+            for item in items:
+                pending.append(pool.submit(function, item))
+                if len(pending) >= self.workers:
+                    yield pending.popleft().result()
+            while pending:
+                yield pending.popleft().result()
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+
+def stage_unit(stage: str) -> str:
+    """What a stage's progress counts: vertex rows for `write <vertex array>`, else edges."""
+    return "rows" if stage.startswith("write ") and stage != "write chunks" else "edges"
+
+
+class Buckets:
+    """Scratch files that records are appended to by a small integer key (a chunk, a hash bucket).
+
+    Within a bucket, records keep the order they were appended in.
+    """
+
+    def __init__(self, scratch: str, prefix: str, count: int):
+        self.paths = [os.path.join(scratch, f"{prefix}-{b:07d}.bin") for b in range(count)]
+        self._streams = {}
+        # Kept open between blocks unless that would use up the process's file descriptors.
+        self._keep_open = count <= resource.getrlimit(resource.RLIMIT_NOFILE)[0] // 2
+
+    def group(self, records: np.ndarray, keys: np.ndarray):
+        """(records sorted by key, stably; each key's start): what write() appends. Safe on any thread."""
+        counts = np.bincount(keys, minlength=len(self.paths))
+        # A stable sort of 16-bit keys is numpy's radix sort: linear time.
+        narrow = keys.astype(np.uint16) if len(self.paths) <= 1 << 16 else keys
+        starts = np.zeros(len(self.paths) + 1, np.int64)
+        np.cumsum(counts, out=starts[1:])
+        return records[np.argsort(narrow, kind="stable")], starts
+
+    def write(self, grouped) -> None:
+        records, starts = grouped
+        for b in np.flatnonzero(np.diff(starts)):
+            stream = self._streams.get(b) or open(self.paths[b], "ab")
+            stream.write(records[starts[b]:starts[b + 1]].data)
+            if self._keep_open:
+                self._streams[b] = stream
+            else:
+                stream.close()
+
+    def close(self) -> None:
+        for stream in self._streams.values():
+            stream.close()
+        self._streams = {}
+
+    def read(self, b: int, dtype) -> np.ndarray:
+        path = self.paths[b]
+        return np.fromfile(path, dtype) if os.path.exists(path) else np.empty(0, dtype)
+
+    def remove(self, b: int) -> None:
+        if os.path.exists(self.paths[b]):
+            os.remove(self.paths[b])
+
+    def remove_all(self) -> None:
+        self.close()
+        for b in range(len(self.paths)):
+            self.remove(b)
 
 
 @dataclasses.dataclass
@@ -71,6 +152,19 @@ class EdgeSource:
 
     def blocks(self, block_edges: int):
         raise NotImplementedError
+
+    def known_sizes(self) -> tuple | None:
+        """(num_vertices, num_edges) if both are known and blocks() works before any scan, else None."""
+        return None
+
+    def scan_scratch_nbytes(self) -> int:
+        """Bytes of scratch files scan() will write, as far as is known before it runs (0: none or unknown)."""
+        return 0
+
+    def endpoints(self, block_edges: int):
+        """(src, dst) of each block: for passes that need neither the edge ids nor the data."""
+        for block in self.blocks(block_edges):
+            yield block.src, block.dst
 
     def scan(self, work: Work) -> Scan:
         """The first pass: validates ids, counts vertices, edges and degrees."""
@@ -132,6 +226,9 @@ class GraphEdges(EdgeSource):
             yield EdgeBlock(adjacency.src[start:stop].astype(np.int64), adjacency.dst[start:stop].astype(np.int64),
                             self.graph.edge_order[start:stop].astype(np.int64),
                             None if data is None else data[start:stop])
+
+    def known_sizes(self) -> tuple:
+        return self.graph.num_vertices, self.graph.num_edges
 
     def scan(self, work: Work) -> Scan:
         data = self.graph.stored_edge_data
@@ -276,6 +373,13 @@ class SpooledEdges(EdgeSource):
         self.description = base.description
         self._files = None
 
+    def scan_scratch_nbytes(self) -> int:
+        count = getattr(self.base, "num_edges", None)  # (an npz says; a text file does not)
+        if count is None:
+            return 0
+        data = self.base.npz.describe("edge_data") if getattr(self.base, "has_data", False) else None
+        return count * (24 + (0 if data is None else data.row_nbytes))
+
     def scan(self, work: Work) -> Scan:
         names = {key: os.path.join(work.scratch, f"spool-{key}.bin") for key in ("src", "dst", "ids", "data")}
         streams = {key: open(path, "wb") for key, path in names.items()}
@@ -312,6 +416,12 @@ class SpooledEdges(EdgeSource):
         finally:
             for stream in streams.values():
                 stream.close()
+
+    def release(self) -> None:
+        """Removes the spooled files: after the last pass."""
+        for path in (self._files or {}).values():
+            if os.path.exists(path):
+                os.remove(path)
 
 
 # ---- per-vertex rows ----
