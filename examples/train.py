@@ -98,6 +98,8 @@ flags.DEFINE_enum("schedule", "ngra", list(SCHEDULES), "Order of the chunk steps
                   "dest-order (row by row).")
 flags.DEFINE_list("rewrites", list(REWRITES), "Compiler rewrites to apply, from " + ", ".join(REWRITES)
                   + "; 'none' for none.")
+flags.DEFINE_integer("validation_freq", 1, "Validate every this many epochs (0: never). On a large store a "
+                     "validation pass reads every chunk once more.", lower_bound=0)
 flags.DEFINE_bool("explain", False, "Print the compiled plan of every graph layer before training.")
 flags.DEFINE_integer("seed", 0, "Random seed (weights, dropout, synthetic data).")
 flags.DEFINE_integer("runs", 1, "Train this many times with seeds seed, seed+1, ... and report the mean.",
@@ -163,6 +165,22 @@ def describe_timing(epoch_seconds):
     if not later:
         return f"{first}; no steady-state figure from a single epoch"
     return f"{first}; then {1e3 * np.median(later):.1f} ms/epoch, median of {len(later)}"
+
+
+def describe_traffic(traffic, plan):
+    """Bytes read from the store (and spill files) per epoch, the first apart, against the least a training
+    step reads at this budget by the plan's chunk cache (ngra_tf.runtime.plan.budget)."""
+    first = f"first epoch {resident.format_bytes(traffic.read[0])}"
+    later = (f"then {resident.format_bytes(int(np.median(traffic.read[1:])))}/epoch, median of "
+             f"{len(traffic.read) - 1}" if len(traffic.read) > 1 else "no later epoch")
+    validation = f", validation every {FLAGS.validation_freq} epochs included" if FLAGS.validation_freq else ""
+    spilled = int(np.median(traffic.written[1:] or traffic.written))
+    least = ("no chunk cache: every chunk is read at every pass" if plan.cache is None else
+             f"a training step's least at this budget {resident.format_bytes(plan.cache.reads_steady + spilled)} "
+             f"(the store's {resident.format_bytes(plan.cache.reads_steady)} by the chunk cache's plan, and what "
+             f"was spilled, read back once)")
+    return (f"read from the store and spill files: {first}; {later}{validation}; {least}; spill files written "
+            f"{resident.format_bytes(spilled)}/epoch")
 
 
 class Inputs:
@@ -258,6 +276,9 @@ def train_once(inputs, seed):
         model.explain()
     timer = EpochTimer()  # first, so that the other callbacks' epoch-end work is not counted
     callbacks = [timer, StopCheck()]
+    traffic = ngra_tf.callbacks.StoreTraffic() if FLAGS.store else None
+    if traffic is not None:
+        callbacks.append(traffic)
     if FLAGS.backup_dir:
         callbacks.append(ngra_tf.callbacks.BackupAndRestore(FLAGS.backup_dir))
     callbacks += recipes.callbacks(recipe)
@@ -266,7 +287,8 @@ def train_once(inputs, seed):
     start = time.perf_counter()
     try:
         history = model.fit(features, labels, sample_weight=train, epochs=recipe.epochs,
-                            validation_data=(features, labels, val), callbacks=callbacks,
+                            validation_data=(features, labels, val) if FLAGS.validation_freq else None,
+                            validation_freq=max(1, FLAGS.validation_freq), callbacks=callbacks,
                             verbose=FLAGS.verbose)
         seconds = time.perf_counter() - start
         if model.ring is not None:
@@ -282,8 +304,11 @@ def train_once(inputs, seed):
         print(f"resumed from the backup in {FLAGS.backup_dir} after epoch {history.epoch[0]}")
     print(f"{FLAGS.model} on {inputs.name}, seed {seed}: test accuracy {result['accuracy']:.4f} "
           f"after {epochs} epochs ({describe_timing(timer.seconds)})")
+    if traffic is not None:
+        print(describe_traffic(traffic, model.memory_plan()))
     return {"seed": seed, "epochs": epochs, "epoch": list(history.epoch), "seconds": seconds,
             "epoch_seconds": timer.seconds,
+            **({"store_read_bytes": traffic.read, "spill_written_bytes": traffic.written} if traffic else {}),
             "history": {name: [float(v) for v in values] for name, values in history.history.items()},
             "test": {name: float(value) for name, value in result.items()}}
 

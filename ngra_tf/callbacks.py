@@ -8,6 +8,8 @@ import shutil
 import keras
 import numpy as np
 
+from ngra_tf.ops.fileio import file_stats
+
 RANDOM_STATE = "random_state.npz"
 
 
@@ -86,3 +88,21 @@ class BackupAndRestore(keras.callbacks.BackupAndRestore):
 
 
 __all__ = ["BackupAndRestore", "BackupError"]
+
+
+class StoreTraffic(keras.callbacks.Callback):
+    """Bytes a store-backed model's epochs read from files and write to spill files (the store reader's and the
+    spill files' ops count them: ngra_tf.ops.file_stats), per epoch: `read` and `written`, lists of bytes.
+    Validation epochs' reads count too (a forward pass over every chunk)."""
+
+    def __init__(self):
+        super().__init__()
+        self.read, self.written = [], []
+
+    def on_epoch_begin(self, epoch, logs=None):
+        file_stats(reset=True)
+
+    def on_epoch_end(self, epoch, logs=None):
+        stats = file_stats()
+        self.read.append(stats["read"])
+        self.written.append(stats["written"])

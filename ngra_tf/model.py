@@ -71,7 +71,7 @@ from ngra_tf.runtime import faults, resident
 from ngra_tf.runtime.plan import budget, compile_layer
 from ngra_tf.store import integrity, memory
 from ngra_tf.runtime.executor import SPILL_POLICIES, TILE_BYTES, Executor
-from ngra_tf.runtime.residency import InMemory, Streamed
+from ngra_tf.runtime.residency import InMemory, StoreShapes, Streamed, copies_to, input_spec
 from ngra_tf.runtime.stages import sequential_network, stages_of
 from ngra_tf.runtime.plan.tables import check_schedule
 from ngra_tf.store.store import Store, VertexArray, open_store
@@ -192,7 +192,8 @@ class GraphModel(keras.Model):
                                           compute_dtype=self.compute_dtype, ring=self.ring)
             else:
                 residency = Streamed(self.store, self._features, spill_dir=self.spill_dir, selective=self.selective)
-                plan = self._budget(stages, residency)
+                plan = self._budget(stages, self.store, residency.graph, residency.partition, residency.copies(None),
+                                    cache=not self.selective)
                 plan.check()  # a budget that is too small fails before any work
                 residency.host = "disk" if self.spill_dir is not None else plan.host
                 residency.cache_plan, residency.cache_offsets = plan.cache, plan.cache_offsets
@@ -201,23 +202,37 @@ class GraphModel(keras.Model):
                 self._memory_plan = plan
         return self._executor
 
-    def _budget(self, stages, residency) -> budget.Budget:
-        """The working-set estimate of this store-backed model's training steps (ngra_tf.runtime.plan.budget),
-        from its layers compiled for training and the store's shape: nothing is traced to measure it."""
-        partition = residency.partition
+    def _budget(self, stages, shape, graph, partition, copies: bool, cache: bool) -> budget.Budget:
+        """The working-set estimate of this model's training steps over a store, or a store's Shape
+        (ngra_tf.runtime.plan.budget), from its layers compiled for training and the store's shape: nothing is
+        traced to measure it."""
 
         def layer(index, spec):
-            return compile_layer(stages[index].graph_layer, spec, residency.graph, self.rewrites, True, partition,
-                                 self.schedule, self.ring)
+            return compile_layer(stages[index].graph_layer, spec, graph, self.rewrites, True, partition, self.schedule,
+                                 self.ring)
 
         weights = sum(int(np.prod(v.shape)) * tf.as_dtype(self.compute_dtype).size for v in self.trainable_weights)
-        return budget.Budget(stages, self.store, layer, residency.input_spec(self.compute_dtype), spill=self.spill,
-                             schedule=self.schedule, tile_bytes=TILE_BYTES, weights_bytes=weights, ring=self.ring,
-                             copies=residency.copies(None), cache=not self.selective, budget=self.memory_budget,
+        return budget.Budget(stages, shape, layer, input_spec(shape, self._features, self.compute_dtype),
+                             spill=self.spill, schedule=self.schedule, tile_bytes=TILE_BYTES, weights_bytes=weights,
+                             ring=self.ring, copies=copies, cache=cache, budget=self.memory_budget,
                              features=self._features)
 
-    def memory_plan(self) -> budget.Budget:
-        """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.budget)."""
+    def memory_plan(self, shape=None) -> budget.Budget:
+        """A store-backed model's working-set estimate and host tier (ngra_tf.runtime.plan.budget).
+
+        Given `shape` (an ngra_tf.store.Shape: a store, or one not yet written), the same estimate of this
+        model's training over it, for a model made without a graph: what the converter picks P by
+        (tools/partition_graph.py), so that the store it writes trains under its budget.
+        """
+        if shape is not None:
+            if self.store is not None or self.graph is not None:
+                raise ValueError("memory_plan(shape) estimates a model made without a graph (GraphModel(None, "
+                                 "layers)) over a store's shape")
+            if not self.built:
+                self._sparse_input = shape.is_sparse(self._features)
+                self.build((shape.num_vertices,) + tuple(shape.vertex_spec(self._features)[0]))
+            return self._budget(self.stages(), shape, StoreShapes(shape), shape.partition(), copies_to(None),
+                                cache=False)
         if self.store is None:
             raise ValueError("memory_plan() describes a store-backed model's budget; this model holds its graph "
                              "in memory")
@@ -402,7 +417,7 @@ class GraphModel(keras.Model):
             object.__setattr__(self, "_chain", sequential_network(self.graph_layers, self._input_shape,
                                                                    self.compute_dtype, sparse=self._sparse_input))
             self.stages()
-        if self.store is None:
+        if self.store is None and self.graph is not None:
             # One forward pass on zeros builds every layer with its true shapes
             # (self.call, not self(): __call__ would come back here to build).
             self.call(sparse_zeros(self._input_shape, self.compute_dtype) if self._sparse_input else

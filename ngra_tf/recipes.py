@@ -163,6 +163,34 @@ def build_model(model: str, graph, num_classes: int, hidden: int | None = None, 
     return GraphModel(graph, with_dropout, name=model, **options)
 
 
+class TrainingMemory:
+    """The working set of training recipes' models over stores of one graph, as the trainer estimates it
+    (GraphModel.memory_plan): what tools/partition_graph.py picks P by, so that examples/train.py accepts the
+    store it writes under the same --memory_budget. Callable on a store's Shape: (bytes, what they sum) of the
+    model that needs the most."""
+
+    def __init__(self, models=("gcn",), hidden: int | None = None):
+        for model in models:
+            _check_name(model)
+        if not models:
+            raise ValueError("name at least one model to size the chunks for")
+        self.models, self.hidden = tuple(models), hidden
+        self._built = {}  # (model, vertices, features shape, classes) -> the model, built once
+
+    def __call__(self, shape) -> tuple:
+        plans = [(model, self._model(model, shape).memory_plan(shape)) for model in self.models]
+        model, plan = max(plans, key=lambda found: found[1].working_set)
+        return plan.working_set, f"{model}{'' if self.hidden is None else f' (hidden {self.hidden})'}: {plan.formula()}"
+
+    def _model(self, model, shape):
+        width = int(np.prod(shape.vertex_spec("features")[0], dtype=np.int64))
+        key = (model, shape.num_vertices, width, shape.num_classes())
+        if key not in self._built:
+            self._built[key] = build_model(model, None, num_classes=shape.num_classes(), hidden=self.hidden,
+                                           num_features=width, sparse=shape.is_sparse("features"))
+        return self._built[key]
+
+
 def callbacks(recipe: Recipe) -> list:
     """The Keras callbacks a recipe trains with: early stopping on the validation loss, the best weights
     restored (none when recipe.patience is None)."""

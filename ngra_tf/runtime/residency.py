@@ -155,13 +155,10 @@ class Streamed:
         return self.cache_offsets.get((index, kind), -1) if training else -1
 
     def copies(self, lane) -> bool:
-        """Whether a block moved between the host tier and `lane` is copied: not when the lane is the host."""
-        return not _is_host(lane)
+        return copies_to(lane)
 
     def input_spec(self, compute_dtype):
-        row_shape, dtype = self.store.vertex_spec(self.features)
-        dtype = tf.as_dtype(dtype)
-        return tuple(row_shape), compute_dtype if dtype.is_floating else dtype
+        return input_spec(self.store, self.features, compute_dtype)
 
     @property
     def sparse(self) -> bool:
@@ -237,9 +234,23 @@ def on_lane(lane):
     return contextlib.nullcontext() if lane is None else tf.device(lane)
 
 
+def input_spec(shape, features: str, compute_dtype) -> tuple:
+    """(row shape, dtype) of the rows a model reads from vertex array `features` of a store (or a store's
+    Shape): floating rows in the model's compute dtype."""
+    row_shape, dtype = shape.vertex_spec(features)
+    dtype = tf.as_dtype(dtype)
+    return tuple(row_shape), compute_dtype if dtype.is_floating else dtype
+
+
+def copies_to(lane) -> bool:
+    """Whether a block moved between the host tier and `lane` is copied: not when the lane is the host."""
+    return not _is_host(lane)
+
+
 def _is_host(lane) -> bool:
     """Whether ops placed on `lane` run on the host CPU: the default lane with no GPU in the process."""
     return lane is None and not tf.config.list_logical_devices("GPU")
 
 
-__all__ = ["CachedChunks", "CopiedChunks", "HOST_TIERS", "InMemory", "StoreShapes", "Streamed", "on_lane"]
+__all__ = ["CachedChunks", "CopiedChunks", "HOST_TIERS", "InMemory", "StoreShapes", "Streamed", "copies_to",
+           "input_spec", "on_lane"]

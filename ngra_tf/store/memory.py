@@ -1,20 +1,14 @@
-"""Memory sizes and the per-step working-set estimate that picks the chunk count P.
+"""Memory sizes, a chunk's bytes, and the search for the chunk count P that a memory budget allows.
 
-A step of a chunked layer (NGra §3, NeuGraph §3) holds one chunk's index
-arrays and edge data, the source rows that chunk reads and the destination
-rows it reduces into. With double buffering the next chunk's source rows are
-read while the current ones are used, so the estimate counts
-
-    largest chunk + 2 x largest interval (source rows) + 1 x largest interval (destination rows)
-
-and `smallest_num_parts` is the smallest P for which that fits a budget. The
-converter (tools/partition_graph.py) uses it to pick P; a runtime can reuse
-the same functions for its own plan.
+What one training step holds is the trainer's to say: `GraphModel.memory_plan`
+(ngra_tf.runtime.plan.budget) sums a model's largest step, what stays resident
+and the runtime. A converter asks that same estimate about the partitions it
+weighs (`smallest_num_parts`), so that the P it writes is the one the trainer
+accepts under the same budget.
 """
 
 from __future__ import annotations
 
-import math
 import re
 
 import numpy as np
@@ -26,10 +20,6 @@ _UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
           "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40,
           "k": 2**10, "m": 2**20, "g": 2**30, "t": 2**40}
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-zA-Z]*)\s*$")
-
-# Source and destination interval blocks resident during one chunk step.
-SOURCE_BUFFERS = 2
-DESTINATION_BUFFERS = 1
 
 
 def parse_size(text) -> int:
@@ -64,11 +54,6 @@ def chunk_nbytes(num_edges: int, num_src: int, num_dst: int, edge_row_nbytes: in
     return index * (num_dst + 1 + num_src + 1 + 3 * num_edges) + 8 * num_edges + edge_row_nbytes * num_edges
 
 
-def step_nbytes(largest_chunk_nbytes: int, largest_interval_rows: int, row_nbytes: int) -> int:
-    """The per-step working set: a chunk plus its resident source and destination interval rows."""
-    return largest_chunk_nbytes + (SOURCE_BUFFERS + DESTINATION_BUFFERS) * largest_interval_rows * row_nbytes
-
-
 def largest_chunk_nbytes(edge_counts: np.ndarray, bounds: np.ndarray, edge_row_nbytes: int = 0) -> int:
     """chunk_nbytes of the biggest chunk of a partition (edge counts [P, P], interval bounds [P + 1])."""
     sizes = np.diff(np.asarray(bounds))
@@ -77,58 +62,38 @@ def largest_chunk_nbytes(edge_counts: np.ndarray, bounds: np.ndarray, edge_row_n
                for i in range(len(sizes)) for j in range(len(sizes)))
 
 
-def partition_step_nbytes(edge_counts: np.ndarray, bounds: np.ndarray, row_nbytes: int,
-                          edge_row_nbytes: int = 0) -> int:
-    """step_nbytes of an actual partition (its largest chunk and largest interval)."""
-    sizes = np.diff(np.asarray(bounds))
-    rows = int(sizes.max()) if sizes.size else 0
-    return step_nbytes(largest_chunk_nbytes(edge_counts, bounds, edge_row_nbytes), rows, row_nbytes)
+def smallest_num_parts(budget: int, working_set_at, lower_bound_at, most: int, batch: int = 4,
+                       max_batches: int = 4) -> tuple[int, int, str]:
+    """The smallest P whose training working set fits `budget`: (P, its working set, what that sums).
 
-
-def lower_bound_step_nbytes(num_parts: int, num_vertices: int, num_edges: int, row_nbytes: int,
-                            edge_row_nbytes: int = 0) -> int:
-    """A working set no partition into num_parts can beat: an average chunk, the largest interval.
-
-    Intervals differ by at most one vertex, so the largest holds
-    ceil(V / P); the largest chunk holds at least the mean, E / P^2.
-    """
-    rows = math.ceil(num_vertices / num_parts)
-    edges = math.ceil(num_edges / (num_parts * num_parts))
-    return step_nbytes(chunk_nbytes(edges, rows, rows, edge_row_nbytes), rows, row_nbytes)
-
-
-def smallest_num_parts(budget: int, num_vertices: int, num_edges: int, row_nbytes: int, step_nbytes_at,
-                       edge_row_nbytes: int = 0, max_parts: int = 1024, batch: int = 4,
-                       max_batches: int = 4) -> tuple[int, int]:
-    """The smallest P whose working set step_nbytes_at(P) fits `budget`: (P, its working set).
-
-    step_nbytes_at(candidates) returns the exact working sets of a list of
-    P values (a converter counts their chunks in one pass over the edges);
-    it is asked only about P whose lower bound fits, `batch` at a time, up
-    to max_parts and for at most max_batches batches (the exact working set
-    is rarely far above the bound). Raises ValueError naming the smallest working set seen
-    when none fits.
+    working_set_at(candidates) gives [(bytes, what they sum)] of the partitions into each P of a list (a
+    converter counts their chunks in one pass over the edges); lower_bound_at(P) the same for a partition no
+    P-way one can beat (equal intervals, every chunk the mean). Exact working sets are asked only for P whose
+    lower bound fits, `batch` at a time, up to `most` and for at most max_batches batches. Raises ValueError
+    naming what the smallest working set seen sums when none fits, at once when even P = most cannot.
     """
     budget = parse_size(budget)
-    most = max(1, min(num_vertices, max_parts))
+    floor, floor_text = lower_bound_at(most)
+    if floor > budget:
+        raise ValueError(f"memory budget {format_bytes(budget)} ({budget} bytes) is too small to train this graph "
+                         f"at any P up to {most}: a step needs at least {floor_text}; give at least "
+                         f"{format_bytes(floor)} ({floor} bytes)")
     p = 1
-    while p < most and lower_bound_step_nbytes(p, num_vertices, num_edges, row_nbytes, edge_row_nbytes) > budget:
+    while p < most and lower_bound_at(p)[0] > budget:
         p += 1
     smallest = None
     for _ in range(max_batches):
         if p > most:
             break
         candidates = list(range(p, min(most, p + batch - 1) + 1))
-        for candidate, need in zip(candidates, step_nbytes_at(candidates)):
+        for candidate, (need, text) in zip(candidates, working_set_at(candidates)):
             if need <= budget:
-                return candidate, need
+                return candidate, need, text
             if smallest is None or need < smallest[1]:
-                smallest = (candidate, need)
+                smallest = (candidate, need, text)
         p = candidates[-1] + 1
-    raise ValueError(f"memory budget {format_bytes(budget)} ({budget} bytes) is too small: a step holds a chunk "
-                     f"and {SOURCE_BUFFERS + DESTINATION_BUFFERS} intervals of vertex rows, and the smallest "
-                     f"such working set for P <= {p - 1} is {format_bytes(smallest[1])} ({smallest[1]} bytes, "
-                     f"at P={smallest[0]})")
+    raise ValueError(f"memory budget {format_bytes(budget)} ({budget} bytes) is too small: the smallest working "
+                     f"set for P <= {p - 1} is at P={smallest[0]}, {smallest[2]}")
 
 
 def format_bytes(count: int) -> str:

@@ -269,25 +269,107 @@ def _int_array(value, what) -> np.ndarray:
     return array.astype(np.int64)
 
 
-class Store:
+class Shape:
+    """What a store's manifest says of its partition and vertex arrays, without its files: what a model's memory
+    estimate reads (ngra_tf.runtime.plan.budget). A Store is one; a converter makes one for each P it weighs
+    before it writes anything, so that the P it picks is the one the trainer accepts."""
+
+    def __init__(self, path, num_vertices: int, num_edges: int, bounds, edge_counts, vertex_specs: dict,
+                 edge_data_spec=None, sparse: dict | None = None, num_classes: int | None = None):
+        self.path = os.path.abspath(os.fspath(path))
+        self.num_vertices, self.num_edges = int(num_vertices), int(num_edges)
+        self.bounds = np.asarray(bounds, np.int64)
+        self.num_parts = len(self.bounds) - 1
+        self.edge_counts = np.asarray(edge_counts, np.int64).reshape(self.num_parts, self.num_parts)
+        self._vertex_specs = {name: (tuple(shape), np.dtype(dtype)) for name, (shape, dtype) in vertex_specs.items()}
+        self.edge_data_spec = edge_data_spec
+        self._sparse = dict(sparse or {})  # CSR array -> its entries per interval
+        self._num_classes = num_classes
+
+    @property
+    def vertex_names(self) -> tuple:
+        return tuple(self._vertex_specs)
+
+    def vertex_spec(self, name: str) -> tuple:
+        """(shape of one row, numpy dtype) of vertex array `name`."""
+        self._check_name(name)
+        return self._vertex_specs[name]
+
+    def is_sparse(self, name: str) -> bool:
+        """Whether vertex array `name` is stored as CSR (bag-of-words features): its rows read as
+        scipy.sparse matrices here, as tf.SparseTensor in a model's steps."""
+        self._check_name(name)
+        return name in self._sparse
+
+    def nnz(self, name: str) -> np.ndarray:
+        """Stored entries per interval of CSR vertex array `name`."""
+        if not self.is_sparse(name):
+            raise ValueError(f"store {self.path}: vertex array {name!r} is dense; nnz() counts a CSR array's entries")
+        return np.asarray(self._sparse[name]).copy()
+
+    def row_nbytes(self, name: str) -> int:
+        """Bytes one row of vertex array `name` takes in memory once read: a dense row's, or for a CSR array its
+        densest interval's mean entries per row, each as read (index and value) and as a tf.SparseTensor
+        entry (two int64 coordinates and a value), plus its pointer. What a store-backed model's row tiles
+        are sized by."""
+        row_shape, dtype = self.vertex_spec(name)
+        if name not in self._sparse:
+            return int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
+        sizes = np.maximum(np.diff(self.bounds), 1)
+        per_row = float(np.max(np.asarray(self._sparse[name]) / sizes)) if len(sizes) else 0.0
+        entry = sparse_index_dtype(row_shape[0]).itemsize + 16 + 2 * dtype.itemsize
+        return int(np.ceil(per_row * entry)) + 8
+
+    def num_classes(self) -> int:
+        """Classes of the "labels" array, as the conversion recorded them."""
+        if self._num_classes is None:
+            raise ValueError(f"{self.path}: the number of classes is not known")
+        return int(self._num_classes)
+
+    def partition(self) -> "PartitionShape":
+        """The partition's shape: intervals and chunk edge counts (no chunk can be read)."""
+        return PartitionShape(self)
+
+    def _check_name(self, name):
+        if name not in self._vertex_specs:
+            raise ValueError(f"store {self.path} has no vertex array {name!r}; it has "
+                             f"{', '.join(map(repr, self._vertex_specs)) or 'none'}")
+
+    def _check_parts(self, *parts):
+        for part in parts:
+            if isinstance(part, bool) or int(part) != part or not 0 <= part < self.num_parts:
+                raise ValueError(f"interval {part!r} is out of range for a store of {self.num_parts} intervals")
+
+
+class PartitionShape:
+    """A Shape's partition as a model's plan reads it before its store is written: num_parts, bounds and
+    edge_counts (in-degrees need the chunks: they are not asked for when only the memory is estimated)."""
+
+    def __init__(self, shape: Shape):
+        self.num_parts, self.bounds, self.edge_counts = shape.num_parts, shape.bounds, shape.edge_counts
+        self.path = shape.path
+
+    def in_degree(self, src_part: int, dst_part: int):
+        raise ValueError(f"{self.path}: in-degrees need the store's chunks, which are not written yet")
+
+
+class Store(Shape):
     """A graph partitioned into num_parts intervals and chunks, on disk. Open with open_store."""
 
     def __init__(self, path, manifest: dict):
-        self.path = os.path.abspath(os.fspath(path))
+        num_parts = int(manifest["num_parts"])
+        super().__init__(path, manifest["num_vertices"], manifest["num_edges"], manifest["bounds"],
+                         manifest["edge_counts"], {name: _spec(entry) for name, entry in
+                                                   manifest["vertex_arrays"].items()},
+                         None if manifest["edge_data"] is None else _spec(manifest["edge_data"]),
+                         _sparse_arrays(manifest["vertex_arrays"], num_parts),
+                         manifest.get("source", {}).get("num_classes"))
         self.manifest = manifest
         self.format = manifest["backend"]
         self._backend = backend(self.format)
-        self.num_vertices = int(manifest["num_vertices"])
-        self.num_edges = int(manifest["num_edges"])
-        self.num_parts = int(manifest["num_parts"])
         self.reencode = bool(manifest["reencode"])
-        self.bounds = np.asarray(manifest["bounds"], np.int64)
-        self.edge_counts = np.asarray(manifest["edge_counts"], np.int64).reshape(self.num_parts, self.num_parts)
-        self._vertex_specs = {name: _spec(entry) for name, entry in manifest["vertex_arrays"].items()}
-        self.edge_data_spec = None if manifest["edge_data"] is None else _spec(manifest["edge_data"])
         self._layout = Layout(self._backend, self.num_vertices, self.bounds, self.edge_counts,
-                              self._vertex_specs, self.edge_data_spec, _sparse_arrays(manifest["vertex_arrays"],
-                                                                                self.num_parts))
+                              self._vertex_specs, self.edge_data_spec, self._sparse)
         # A file -> the CSR intervals (array, interval) it holds part of: checked on first read, as a chunk's are.
         self._csr_of = {}
         for name in self._layout.sparse:
@@ -312,40 +394,6 @@ class Store:
 
     # ---- description ----
 
-    @property
-    def vertex_names(self) -> tuple:
-        return tuple(self._vertex_specs)
-
-    def vertex_spec(self, name: str) -> tuple:
-        """(shape of one row, numpy dtype) of vertex array `name`."""
-        self._check_name(name)
-        return self._vertex_specs[name]
-
-    def is_sparse(self, name: str) -> bool:
-        """Whether vertex array `name` is stored as CSR (bag-of-words features): its rows read as
-        scipy.sparse matrices here, as tf.SparseTensor in a model's steps."""
-        self._check_name(name)
-        return name in self._layout.sparse
-
-    def nnz(self, name: str) -> np.ndarray:
-        """Stored entries per interval of CSR vertex array `name`."""
-        if not self.is_sparse(name):
-            raise ValueError(f"store {self.path}: vertex array {name!r} is dense; nnz() counts a CSR array's entries")
-        return self._layout.sparse[name].copy()
-
-    def row_nbytes(self, name: str) -> int:
-        """Bytes one row of vertex array `name` takes in memory once read: a dense row's, or for a CSR array its
-        densest interval's mean entries per row, each as read (index and value) and as a tf.SparseTensor
-        entry (two int64 coordinates and a value), plus its pointer. What a store-backed model's row tiles
-        are sized by."""
-        row_shape, dtype = self.vertex_spec(name)
-        if name not in self._layout.sparse:
-            return int(np.prod(row_shape, dtype=np.int64)) * dtype.itemsize
-        sizes = np.maximum(np.diff(self.bounds), 1)
-        per_row = float(np.max(self._layout.sparse[name] / sizes)) if len(sizes) else 0.0
-        entry = sparse_index_dtype(row_shape[0]).itemsize + 16 + 2 * dtype.itemsize
-        return int(np.ceil(per_row * entry)) + 8
-
     def chunk_nbytes(self, src_part: int, dst_part: int) -> int:
         """Bytes of chunk (src_part, dst_part)'s arrays in memory (index arrays, edge ids, edge data)."""
         self._check_parts(src_part, dst_part)
@@ -359,8 +407,7 @@ class Store:
 
     def num_classes(self) -> int:
         """Classes of the "labels" array: as the conversion recorded them, else the largest label + 1."""
-        recorded = self.manifest.get("source", {}).get("num_classes")
-        return int(recorded) if recorded is not None else int(self.array("labels").read().max()) + 1
+        return super().num_classes() if self._num_classes is not None else int(self.array("labels").read().max()) + 1
 
     def array(self, name: str) -> "VertexArray":
         """Vertex array `name` as a handle to pass to a store-backed GraphModel's fit / evaluate / predict."""
@@ -570,16 +617,6 @@ class Store:
         if not 0 <= start <= stop <= count:
             raise ValueError(f"rows {start}..{stop} are outside interval {part}'s {count} rows")
         return None if (start, stop) == (0, count) else (int(start), int(stop))
-
-    def _check_name(self, name):
-        if name not in self._vertex_specs:
-            raise ValueError(f"store {self.path} has no vertex array {name!r}; it has "
-                             f"{', '.join(map(repr, self._vertex_specs)) or 'none'}")
-
-    def _check_parts(self, *parts):
-        for part in parts:
-            if isinstance(part, bool) or int(part) != part or not 0 <= part < self.num_parts:
-                raise ValueError(f"interval {part!r} is out of range for a store of {self.num_parts} intervals")
 
     def __repr__(self):
         return (f"Store({self.path!r}, format={self.format}, num_vertices={self.num_vertices}, "

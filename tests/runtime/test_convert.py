@@ -114,26 +114,55 @@ def test_normalized_synthetic_features_match_dense_features(tmp_path):
     np.testing.assert_array_equal(streamed, dataset.dense_features(normalize=True))
 
 
-def test_memory_budget_picks_the_smallest_p_that_fits(tmp_path):
+def test_memory_budget_picks_the_smallest_p_whose_working_set_fits(tmp_path):
+    """The converter asks working_set(shape) about the partitions it weighs and keeps the smallest P that fits:
+    the shapes it asks about are the partition it then writes (its bounds and chunk counts)."""
     graph = messy_graph(4)
     features = np.zeros((graph.num_vertices, 64), np.float32)
-    row_nbytes, edge_row_nbytes = 64 * 4, 4
-    budget = 60_000
-    store = convert.convert(tmp_path / "store", sources.GraphEdges(graph), {"x": sources.ArrayRows("x", features)},
-                            memory_budget=budget)
-    assert_store_matches(store, graph, store.num_parts, vertex_data={"x": features})
+    asked = {}
+
+    def working_set(shape):  # a stand-in for the trainer's estimate: grows with the largest chunk and interval
+        need = 1000 * int(shape.edge_counts.max()) + 10 * int(np.diff(shape.bounds).max()) * shape.row_nbytes("x")
+        asked.setdefault(shape.num_parts, []).append(need)
+        return need, f"{need} bytes"
 
     def need(p):
         partition = graph.partition(p)
-        return memory.partition_step_nbytes(partition.edge_counts, partition.bounds, row_nbytes, edge_row_nbytes)
+        return 1000 * int(partition.edge_counts.max()) + 10 * int(np.diff(partition.bounds).max()) * 64 * 4
 
+    budget = need(3)
+    store = convert.convert(tmp_path / "store", sources.GraphEdges(graph), {"x": sources.ArrayRows("x", features)},
+                            memory_budget=budget, working_set=working_set)
+    assert_store_matches(store, graph, store.num_parts, vertex_data={"x": features})
     assert need(store.num_parts) <= budget < need(store.num_parts - 1)
-    assert store.num_parts > 1
-    with pytest.raises(ValueError, match=r"memory budget 700 B \(700 bytes\) is too small: .*smallest such "
-                                         r"working set for P <= \d+ is"):
+    assert store.num_parts > 1 and need(store.num_parts) in asked[store.num_parts]
+    with pytest.raises(ValueError, match=r"memory budget 700 B \(700 bytes\) is too small to train this graph at "
+                                         r"any P up to \d+: a step needs at least \d+ bytes"):
         convert.convert(tmp_path / "small", sources.GraphEdges(graph), {"x": sources.ArrayRows("x", features)},
-                        memory_budget=700)
+                        memory_budget=700, working_set=working_set)
     assert not (tmp_path / "small").exists()
+    with pytest.raises(ValueError, match=r"give num_parts, or memory_budget and working_set"):
+        convert.convert(tmp_path / "neither", sources.GraphEdges(graph), memory_budget=budget)
+
+
+def test_the_converter_picks_the_p_the_trainer_accepts(tmp_path):
+    """One estimate: the P a budget gives is the smallest whose training working set, by the trainer's own
+    estimate (GraphModel.memory_plan), fits; the model trains from it under that budget, and P - 1 would not."""
+    training = recipes.TrainingMemory(["gcn"])
+
+    def written(p, budget=None):
+        edges, rows, description = presets.preset_inputs("blog", 0, 0.5)
+        return convert.convert(tmp_path / f"p{p}", edges, rows, num_parts=p, memory_budget=budget,
+                               working_set=training, prepare="gcn", source=description)
+
+    one, two = written(1), written(2)
+    budget = training(two)[0]
+    assert training(one)[0] > budget  # (blog x 0.5: one chunk's step is the largest at P = 1, not at 2)
+    chosen = written(None, budget)
+    assert chosen.num_parts == 2
+    model = recipes.build_model("gcn", chosen, num_classes=chosen.num_classes(), memory_budget=budget)
+    model.build(chosen.array("features").shape)
+    assert model.memory_plan().working_set == training(chosen)[0] <= budget  # (executor() checked it)
 
 
 def test_parse_size():

@@ -47,7 +47,7 @@ def test_conversion_stays_within_a_small_fraction_of_the_graph(tmp_path):
     np.save(tmp_path / "x.npy", rng.standard_normal((num_vertices, width), dtype=np.float32))
     whole = 16 * num_edges + 4 * num_vertices * width  # int64 edges and the features: 57.6 MB
     done = run_tool(f"--edges={tmp_path / 'edges.npz'}", f"--features={tmp_path / 'x.npy'}",
-                    f"--output={tmp_path / 'store'}", "--memory_budget=16MB", "--noprogress")
+                    f"--output={tmp_path / 'store'}", "--chunks=4", "--memory_budget=16MB", "--noprogress")
     assert done.returncode == 0, done.stderr[-3000:]
     growth = int(re.search(r"\((\d+) bytes above the baseline\)", done.stdout).group(1))
     assert growth < whole / 4, (growth, whole, done.stdout)
@@ -76,6 +76,14 @@ ERROR_CASES = {
                           "--chunks=2"], r"feature_format=sparse apply to cora, amazon_computers"),
     "both": (["--preset=cora", "--edges={d}/good.txt", "--output={d}/out", "--chunks=2"], r"drop --edges"),
     "no_p": (["--edges={d}/good.txt", "--output={d}/out"], r"give --chunks=P or --memory_budget=SIZE"),
+    "no labels": (["--edges={d}/good.txt", "--features={d}/x.npy", "--output={d}/out", "--memory_budget=4GB"],
+                  r"--memory_budget chooses P for training --models, which needs the features and labels"),
+    "model": (["--preset=cora", "--output={d}/out", "--memory_budget=4GB", "--models=gcn,gnn"],
+              r"model must be one of gcn, .*; got .gnn."),
+    "too small": (["--preset=cora", "--output={d}/out", "--memory_budget=100MB"],
+                  r"memory budget 95.4 MiB \(100000000 bytes\) is too small to train this graph at any P up to "
+                  r"\d+: a step needs at least gcn: [\d.]+ MiB = 1.5 x largest step .* runtime [\d.]+ MiB; give "
+                  r"at least"),
 }
 
 # Runs the tool's main for each case in one process (TensorFlow loads once), as app.run would.

@@ -11,6 +11,8 @@ read and reduce) and the partition's shape; no TensorFlow is traced here.
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import tensorflow as tf
 
@@ -40,15 +42,31 @@ class LayerPlan:
         self.bounds = np.asarray(partition.bounds, np.int64)
         self.sizes = np.diff(self.bounds)
         self.num_markers = len(kernels.markers)
-        chained_by_max = any(r in ("max", "min") for r in kernels.chain_reduces)
-        self.forward_steps = forward_table(partition, schedule, self.num_markers, chained_by_max, columns)
-        self.backward_steps = backward_table(partition, self.num_markers, columns)
-        self.degree = in_degree(partition)  # in interval order: mean divides by it, max / min start where it is > 0
-        self.lanes = None
-        if ring is not None and columns is None:
-            starts = [needs_start(partition, j) if chained_by_max else False for j in range(self.num_parts)]
-            self.lanes = LaneTables(ring, partition, starts)
+        self._chained_by_max = any(r in ("max", "min") for r in kernels.chain_reduces)
+        self._ring, self._columns = ring, columns
         self.column_specs = column_specs(kernels)
+
+    # The tables are made when first asked for: a memory estimate over a store not yet written reads none.
+
+    @functools.cached_property
+    def forward_steps(self) -> np.ndarray:
+        return forward_table(self.partition, self.schedule, self.num_markers, self._chained_by_max, self._columns)
+
+    @functools.cached_property
+    def backward_steps(self) -> np.ndarray:
+        return backward_table(self.partition, self.num_markers, self._columns)
+
+    @functools.cached_property
+    def degree(self) -> np.ndarray:
+        """In interval order: mean divides by it, max / min start where it is > 0."""
+        return in_degree(self.partition)
+
+    @functools.cached_property
+    def lanes(self):
+        if self._ring is None or self._columns is not None:
+            return None
+        starts = [needs_start(self.partition, j) if self._chained_by_max else False for j in range(self.num_parts)]
+        return LaneTables(self._ring, self.partition, starts)
 
     def for_columns(self, kernels, columns) -> "LayerPlan":
         """The same layer's steps of `columns` only (a lane's, for layers that go column by column)."""

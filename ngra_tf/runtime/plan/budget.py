@@ -21,6 +21,12 @@ works (`MemoryBudgetError`). Over several devices the estimate and the
 budget are per device. GraphModel.explain() prints `describe()`; the
 estimate is checked by measurement (ngra_tf.runtime.resident) in tests and
 in the runs of docs/results/streaming.md.
+
+It is the one estimate of a step: over a store's `Shape` (one not written
+yet) it is what the converter picks P by (GraphModel.memory_plan(shape),
+ngra_tf.recipes.TrainingMemory), so a store converted for a budget trains
+under it. Only the step tables a description or the chunk cache reads are
+made (LayerPlan makes them when asked), so an estimate reads no chunk.
 """
 
 from __future__ import annotations
@@ -50,6 +56,16 @@ RUNTIME_SPARSE_INPUT = 32 * 2**20
 # many sizes (STEP_FACTOR), and copies the executor makes of resident tensors (RESIDENT_FACTOR).
 RESIDENT_FACTOR = 1.1
 STEP_FACTOR = 1.5
+# Logits-sized tensors alive at once around the loss: the output in the user's order (Keras keeps it for the
+# metrics), the loss's gradient, d output in interval order and in the host tier's blocks, and one in flight.
+# Fitted to peaks at the smallest budget: GCN (hidden 16) on reddit-middle (233,000 x 41 logits, peak 380 MiB
+# above the baseline against 398 MiB estimated) and on 2.2M vertices x 50 classes with 22M edges (2.3 GiB
+# against 3.1 GiB: a step's temporaries count 1.5x there); 8 overcounted the latter by 2 GiB.
+LOGITS_COPIES = 5
+# What a byte of cached chunks and feature tiles costs once they are tensors held between steps: on reddit-middle
+# (GCN, P = 16) 120 MiB more cache raised the peak by 174 MiB, and 110 MiB of it by about 200 MiB over the peak
+# without a cache.
+CACHE_FACTOR = 2
 PARALLEL_STEPS = 2  # a loop's steps in flight (ngra_tf.runtime.loops): the next one's reads while this one computes
 
 
@@ -104,11 +120,15 @@ class Budget:
             stored = store.row_nbytes(features)
             for tiles in self.tiles.values():
                 sizes.update({P2 + t: (stop - start) * stored for t, (_, start, stop) in enumerate(tiles)})
-            self.cache = CachePlan(items, sizes, max(0, room))
+            self.cache = CachePlan(items, sizes, max(0, int(room / CACHE_FACTOR)))
 
     def check(self):
         if self.budget is not None and self.working_set > self.budget:
             per_device, more_devices = "", ""
+            # Chunks shrink only the step: what stays resident (the logits, the weights) and the runtime do not.
+            more = ("or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...: it picks P "
+                    "by this estimate)" if int(RESIDENT_FACTOR * self.resident) + self.runtime < self.budget else
+                    "and more chunks cannot lower it below what stays resident and the runtime")
             if self.num_devices > 1:  # chunks do not shrink what a device holds of its columns; devices do
                 per_device = f" per device (of {self.num_devices})"
                 more_devices = ", or spread it over more devices"
@@ -118,16 +138,20 @@ class Budget:
                 f"{format_bytes(self.largest[1])} ({STEP_FACTOR}x that with its temporaries), "
                 f"{format_bytes(self.resident)} stays resident and the runtime adds {format_bytes(self.runtime)}; "
                 f"the smallest budget that works is {format_bytes(self.working_set)} ({self.working_set} bytes), "
-                f"or convert the graph into more chunks (tools/partition_graph.py --memory_budget=...){more_devices}")
+                f"{more}{more_devices}")
+
+    def formula(self) -> str:
+        """The working set and what it sums: 'X = 1.5 x largest step (...) Y + 1.1 x resident Z + runtime W'."""
+        return (f"{format_bytes(self.working_set)} = {STEP_FACTOR} x largest step ({self.largest[0]}) "
+                f"{format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x resident {format_bytes(self.resident)} + "
+                f"runtime {format_bytes(self.runtime)}")
 
     def describe(self) -> list:
         per_device = " per device" if self.num_devices > 1 else ""
         lines = [f"  streamed from {self.store.path} ({self.store.format}), spill policy {self.spill}, "
                  f"schedule {self.schedule}"]
-        lines += [f"  {line}" for line in self.summary]
-        lines.append(f"  working set (estimate){per_device}: {format_bytes(self.working_set)} = {STEP_FACTOR} x "
-                     f"largest step ({self.largest[0]}) {format_bytes(self.largest[1])} + {RESIDENT_FACTOR} x "
-                     f"resident {format_bytes(self.resident)} + runtime {format_bytes(self.runtime)}")
+        lines += [f"  {line() if callable(line) else line}" for line in self.summary]
+        lines.append(f"  working set (estimate){per_device}: {self.formula()}")
         budget = "none" if self.budget is None else format_bytes(self.budget)
         tier = "host memory" if self.host == "memory" else "a spill directory on disk"
         lines.append(f"  memory budget {budget}{per_device}: the host tier keeps up to {format_bytes(self.kept)}, "
@@ -219,9 +243,10 @@ class Budget:
                           + max_edges * per_edge)
             steps.append((f"{name} chunk", chunk_step))
             steps.append((f"{name} vertex", rows * (3 * acc + 2 * vtx + 3 * out_row)))
-            summary.append(f"{name} ({kernels.name}): {plan.forward_steps.shape[0]} forward chunk steps, "
-                           f"{plan.backward_steps.shape[0]} backward; hoisted rows {format_bytes(V * src)} "
-                           f"shared, {format_bytes(V * (dst + vtx))} per column")
+            summary.append(lambda name=name, kernels=kernels, plan=plan, shared=V * src, column=V * (dst + vtx): (
+                f"{name} ({kernels.name}): {plan.forward_steps.shape[0]} forward chunk steps, "
+                f"{plan.backward_steps.shape[0]} backward; hoisted rows {format_bytes(shared)} shared, "
+                f"{format_bytes(column)} per column"))  # (the step tables are made when described)
             kept_forward += V * out_row
             if self.spill == "spill":
                 kept_forward += V * (sum(keys.values()) + column)
@@ -230,10 +255,7 @@ class Budget:
             specs[index] = tf.TensorSpec([None] + list(out_spec.shape[1:]), out_spec.dtype)
         logits_row = _bytes(specs[len(stages) - 1].shape[1:], specs[len(stages) - 1].dtype)
         masks = 4 * sum(1 for n in store.vertex_names if n.endswith("mask"))
-        # Logits-sized tensors alive at once around the loss: the output in interval order and in the user's,
-        # the loss's softmax and log-softmax and their gradients, d output in both orders (8; measured on
-        # reddit-middle, where they dominate: 4 undercounted its peak by 32%).
-        resident = V * (8 * logits_row + 8 + masks) + 4 * weights_bytes
+        resident = V * (LOGITS_COPIES * logits_row + 8 + masks) + 4 * weights_bytes
         gradients = V * _live_gradients(stages, specs)
         return steps, resident, kept_forward + backward_extra + gradients, shared_rows, summary
 
@@ -259,5 +281,5 @@ def _live_gradients(stages, specs) -> int:
     return most
 
 
-__all__ = ["Budget", "MemoryBudgetError", "tiles_of", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER",
+__all__ = ["Budget", "CACHE_FACTOR", "MemoryBudgetError", "tiles_of", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER",
            "RUNTIME_PER_SIGNATURE", "STEP_FACTOR"]
