@@ -21,14 +21,23 @@ The store equals `graph.partition(P)` of the same graph exactly
 (ngra_tf.store.open_store reads it). Sizes: 256MB and 2GB are powers of
 1000, 256MiB, 1.5GiB and 512M powers of 1024.
 
+It prints each pass as it runs (edges or rows done, the rate, the time
+left) and a line per pass when it ends, and before the heavy passes how
+much disk they need. Both cores are used where blocks, buckets or slabs of
+a chunk are independent.
+
 Exit status 1 with a message on bad input (missing file, malformed line,
-ids out of range, wrong feature rows, bad flag values); the output directory
-is then removed (or emptied, if it existed and --overwrite was given).
+ids out of range, wrong feature rows, bad flag values, not enough disk); the
+output directory is then removed (or emptied, if it existed and --overwrite
+was given). Ctrl-C and SIGTERM do the same (exit status 130 and 143). A
+conversion killed outright (kill -9) leaves its output directory marked as
+unfinished, without a manifest: running the same command again replaces it.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
 import time
 
@@ -66,35 +75,86 @@ flags.DEFINE_string("memory_budget", None, "Memory for one training step (e.g. 2
 flags.DEFINE_bool("reencode", True, "Re-encode vertex ids to balance chunk sizes (as Graph.partition).")
 flags.DEFINE_bool("overwrite", False, "Replace the contents of a non-empty --output.")
 flags.DEFINE_string("scratch_dir", None, "Where temporary files go (default: inside --output).")
-flags.DEFINE_bool("progress", True, "Show a progress bar per pass.")
+flags.DEFINE_bool("progress", True, "Show each pass as it runs (done, rate, time left); without it, only a line "
+                  "per pass when it ends.")
 
 
 class _Progress:
-    """A Keras progress bar per stage of the conversion (one line per stage when not on a terminal)."""
+    """Each pass of the conversion as it runs (done, rate, time left) and a line when it ends.
 
-    def __init__(self):
-        import keras  # noqa: PLC0415
+    On a terminal the running line is redrawn in place a few times a second;
+    otherwise only the end-of-pass lines are printed (and one every minute).
+    """
 
-        self._progbar_class = keras.utils.Progbar
-        self._verbose = 1 if sys.stdout.isatty() else 2
-        self._stage, self._bar, self._done, self._start = None, None, 0, 0.0
+    _REDRAW_S = 0.25
+
+    def __init__(self, show_running: bool = True, baseline=None):
+        from ngra_tf.store import sources  # noqa: PLC0415
+
+        self._unit_of = sources.stage_unit
+        self._terminal = sys.stdout.isatty() and show_running
+        self._interval = self._REDRAW_S if self._terminal else 60.0
+        self._show_running = show_running
+        self._baseline = baseline  # (resident.mark(): each pass's end line gives the peak resident so far)
+        self._stage = None
+        self._last = time.perf_counter()  # a pass starts where the one before it ended
 
     def __call__(self, stage, done, total):
+        now = time.perf_counter()
         if stage != self._stage:
             self.close()
-            self._stage, self._start = stage, time.perf_counter()
-            print(f"{stage}:", flush=True)
-            self._bar = self._progbar_class(total, verbose=self._verbose, unit_name="item")
-        self._done = done
-        self._bar.update(done, finalize=total is not None and done >= total)
+            self._stage, self._start, self._shown = stage, self._last, now
+        self._done, self._total, self._last = done, total, now
+        if self._show_running and now - self._shown >= self._interval:
+            self._shown = now
+            self._print(self._line(now), final=False)
+
+    def note(self, line: str) -> None:
+        self._print(line, final=True)
 
     def close(self):
-        """Ends the last stage's bar (a stage of unknown length ends when the next begins)."""
-        if self._bar is not None and self._bar.target is None:
-            self._bar.update(self._done, finalize=True)
-            if self._verbose == 2:  # Progbar prints no summary line for an unknown length
-                print(f"{self._done} - {time.perf_counter() - self._start:.0f}s", flush=True)
-        self._bar = None
+        """Ends the current pass with its summary line."""
+        if self._stage is not None:
+            self._print(self._line(self._last, ended=True), final=True)
+        self._stage = None
+
+    def _line(self, now: float, ended: bool = False) -> str:
+        seconds = max(now - self._start, 1e-9)
+        unit = self._unit_of(self._stage)
+        count = f"{self._done:,}" if self._total is None else f"{self._done:,}/{self._total:,}"
+        line = f"{self._stage}: {count} {unit} in {seconds:.1f} s ({_rate(self._done / seconds)} {unit}/s)"
+        if not ended and self._total and self._done:
+            line += f", {seconds * (self._total - self._done) / self._done:.0f} s left"
+        if ended and self._baseline is not None:
+            line += f"; peak resident so far {_format_bytes(self._baseline.peak().peak_resident_bytes)}"
+        return line
+
+    def _print(self, line: str, final: bool) -> None:
+        if self._terminal:
+            print(f"\r\033[K{line}", end="\n" if final else "", flush=True)
+        elif final or self._show_running:
+            print(line, flush=True)
+
+
+def _format_bytes(count: int) -> str:
+    from ngra_tf.store import memory  # noqa: PLC0415
+
+    return memory.format_bytes(count)
+
+
+def _rate(per_second: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if per_second >= scale:
+            return f"{per_second / scale:.1f}{suffix}"
+    return f"{per_second:.0f}"
+
+
+def _interrupt_on_sigterm():
+    """SIGTERM unwinds like Ctrl-C, so that the conversion removes what it wrote."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}")
+
+    signal.signal(signal.SIGTERM, interrupt)
 
 
 def _inputs():
@@ -140,20 +200,28 @@ def main(argv):
 
     baseline = resident.mark()  # TensorFlow is loaded: what follows is the conversion's
     start = time.perf_counter()
+    _interrupt_on_sigterm()
+    progress = _Progress(show_running=FLAGS.progress, baseline=baseline)
     try:
         if FLAGS.memory_budget is not None:
             memory.parse_size(FLAGS.memory_budget)
         edges, rows, description, prepare = _inputs()
-        progress = _Progress() if FLAGS.progress else None
+        progress = _Progress(show_running=FLAGS.progress, baseline=baseline)  # (its first pass starts here)
         store = convert.convert(FLAGS.output, edges, rows, num_parts=FLAGS.chunks,
                                 memory_budget=FLAGS.memory_budget, format=FLAGS.format, reencode=FLAGS.reencode,
                                 prepare=prepare, overwrite=FLAGS.overwrite, scratch_dir=FLAGS.scratch_dir,
                                 progress=progress, source=description)
-        if progress is not None:
-            progress.close()
+        progress.close()
     except (ValueError, OSError) as error:
+        progress.close()
         print(f"partition_graph.py: error: {error}", file=sys.stderr)
         sys.exit(1)
+    except KeyboardInterrupt as interrupt:
+        progress.close()
+        sigterm = str(interrupt) == f"signal {int(signal.SIGTERM)}"
+        print(f"partition_graph.py: interrupted ({'SIGTERM' if sigterm else 'Ctrl-C'}): removed what was written "
+              f"to {FLAGS.output}; run the same command again to convert", file=sys.stderr)
+        sys.exit(143 if sigterm else 130)
     seconds = time.perf_counter() - start
     row_nbytes = sum(store.row_nbytes(name) for name in store.vertex_names)
     edge_row_nbytes = 0 if store.edge_data_spec is None else (

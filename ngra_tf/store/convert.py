@@ -12,22 +12,36 @@ vertex rows):
    (`memory.smallest_num_parts`); `partition.choose_intervals` then decides
    exactly as Partition does.
 3. bucket: every edge goes, as (local src, local dst, user edge id, data),
-   to the scratch file of its chunk.
-4. chunks: one bucket at a time is loaded, sorted by user edge id, and made
-   into the chunk by `partition.chunk_from_edges`, the function Partition
-   uses, then written.
+   to the scratch file of its chunk, in stream order.
+4. chunks: one bucket at a time is loaded and made into the chunk by
+   `partition.chunk_from_edges`, the function Partition uses, then written.
+   Edges of one (src, dst) pair must come in user order: they do when the
+   source has no repeated pairs (a preparation) or streams ids in
+   increasing order (files, presets); otherwise the bucket is sorted by id.
 5. vertex rows: each vertex array is read once in row blocks; each block's
    rows go to the end of their interval's file (an interval's rows are its
    vertices in increasing user id, so appending keeps interval order).
 6. the vertex order, then the manifest, last.
 
-Memory: blocks of `Work.block_edges` edges and `Work.block_bytes` of rows,
-one chunk at a time, and O(V) arrays (degrees, the assignment), all derived
-from one budget (`work_for_budget`).
+Memory: blocks of `Work.block_edges` edges (a few in flight, one per core)
+and `Work.block_bytes` of rows, one chunk at a time (about 48 bytes an edge
+while its CSC and CSR orders are sorted), and O(V) arrays (degrees, the
+assignment), all derived from one budget (`work_for_budget`).
+
+Disk: before the first pass and again once P is known, the bytes the
+conversion will need at its peak on the output's and the scratch
+directory's filesystems are compared with what is free (`check_disk`).
+
+Interruption: files are written under temporary names and renamed, the
+manifest last, so a directory without a manifest is never a store. A
+marker file (`CONVERTING`) names a conversion in progress; an error or
+a signal removes what was written, and a conversion killed outright (kill
+-9) leaves the marker, so running it again replaces the unfinished one.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import tempfile
@@ -39,18 +53,24 @@ from ngra_tf.graph.partition import (_check_num_parts, assign_intervals, candida
                                      chunk_from_edges, count_chunk_edges)
 from ngra_tf.store import integrity, memory, store
 from ngra_tf.store.prepare import PREPARATIONS, SymmetrizedEdges
-from ngra_tf.store.sources import EdgeSource, GraphEdges, RowSource, Work, row_source
+from ngra_tf.store.sources import Buckets, EdgeSource, GraphEdges, RowSource, Work, row_source
 
 # Without a budget (num_parts given), blocks are sized for this much memory.
 DEFAULT_BUDGET = 1 << 30
 # Working bytes per edge of a block while bucketing: the block's ids and data,
 # interval lookups, the sort by chunk and the records written.
 _BYTES_PER_STREAMED_EDGE = 128
+# Names a conversion in progress in its output directory (removed once the manifest is written).
+MARKER = "CONVERTING"
 
 
 def work_for_budget(budget: int, scratch: str, progress=None) -> Work:
-    """Block and bucket sizes that keep a conversion's working set a fraction of `budget`."""
-    block_edges = int(np.clip(budget // 8 // _BYTES_PER_STREAMED_EDGE, 1024, 1 << 22))
+    """Block and bucket sizes that keep a conversion's working set a fraction of `budget`.
+
+    A block is budget / 16: up to four are alive at once (read, two being
+    worked on, one being written).
+    """
+    block_edges = int(np.clip(budget // 16 // _BYTES_PER_STREAMED_EDGE, 1024, 1 << 21))
     return Work(scratch, block_edges, block_bytes=max(budget // 8, 1), bucket_bytes=max(budget // 4, 1 << 16),
                 progress=progress)
 
@@ -95,15 +115,20 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
     if edges.num_vertices is not None:
         _check_rows(vertex_rows, edges.num_vertices)
     directory = os.path.abspath(os.fspath(directory))
-    created = _prepare_directory(directory, overwrite)
+    if scratch_dir is not None and not os.path.isdir(scratch_dir):
+        raise ValueError(f"scratch directory {scratch_dir} does not exist: create it or leave it out (default: "
+                         f"inside the output directory)")
+    created = _prepare_directory(directory, overwrite, progress)
     scratch = None
     try:
         scratch = tempfile.mkdtemp(prefix=".scratch-", dir=directory if scratch_dir is None else scratch_dir)
+        integrity.write_json_atomically(os.path.join(directory, MARKER), {"pid": os.getpid(), "scratch": scratch})
         work = work_for_budget(budget or DEFAULT_BUDGET, scratch, progress)
         manifest = _Conversion(directory, module, edges, vertex_rows, work).run(num_parts, budget, bool(reencode))
         manifest["source"] = dict(source or {}, edges=edges.description)
         store.validate_manifest(manifest, directory)
         integrity.write_json_atomically(os.path.join(directory, store.MANIFEST), manifest)
+        os.remove(os.path.join(directory, MARKER))
     except BaseException:
         _remove_output(directory, created)
         raise
@@ -113,6 +138,29 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
     return store.open_store(directory)
 
 
+def _tree_nbytes(directory: str) -> int:
+    """Bytes of the files under directory (what a conversion wrote there so far)."""
+    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(directory) for name in names)
+
+
+def check_disk(needs: dict, what: str, progress=None) -> None:
+    """Checks that {directory: bytes still to be written there} fits the free space of each filesystem
+    (directories on one filesystem add up); raises ValueError naming the directory, bytes needed and free."""
+    by_device = {}
+    for directory, nbytes in needs.items():
+        paths, total = by_device.get(os.stat(directory).st_dev, ((), 0))
+        by_device[os.stat(directory).st_dev] = (paths + (directory,), total + max(int(nbytes), 0))
+    for paths, total in by_device.values():
+        free = shutil.disk_usage(paths[0]).free
+        where = " and ".join(paths)
+        if total > free:
+            raise ValueError(f"not enough disk space for {what} in {where}: needs {memory.format_bytes(total)} "
+                             f"({total} bytes), {memory.format_bytes(free)} ({free} bytes) free; free some "
+                             f"space, or put --scratch_dir (scratch) or --output on another filesystem")
+        _note(progress, f"disk for {what}: {memory.format_bytes(total)} more in {where} "
+                        f"({memory.format_bytes(free)} free)")
+
+
 def _check_rows(vertex_rows: dict, num_vertices: int) -> None:
     for name, rows in vertex_rows.items():
         if rows.num_rows != num_vertices:
@@ -120,23 +168,48 @@ def _check_rows(vertex_rows: dict, num_vertices: int) -> None:
                              f"{num_vertices} vertices")
 
 
-def _prepare_directory(directory: str, overwrite: bool) -> bool:
-    """Makes `directory` an empty directory to write into; True if it was created."""
+def _prepare_directory(directory: str, overwrite: bool, progress=None) -> bool:
+    """Makes `directory` an empty directory to write into; True if it was created.
+
+    A conversion killed outright left its marker and no manifest: that is replaced without overwrite.
+    """
     if os.path.exists(directory) and not os.path.isdir(directory):
         raise ValueError(f"output {directory} exists and is not a directory")
     if not os.path.exists(directory):
         os.makedirs(directory)
         return True
     entries = os.listdir(directory)
-    if entries and not overwrite:
+    unfinished = MARKER in entries and store.MANIFEST not in entries
+    if entries and not overwrite and not unfinished:
         what = ("holds a store" if store.MANIFEST in entries else
-                "is not empty and holds no store manifest (an unfinished conversion, or not a store)")
+                "is not empty and holds no store manifest (not a store, or a conversion from an older version)")
         raise ValueError(f"output directory {directory} {what}: pass overwrite=True (--overwrite) to replace "
-                         f"its contents")
+                         f"its contents, or choose another directory")
+    if unfinished:
+        _remove_stale_scratch(os.path.join(directory, MARKER))
+        _note(progress, f"replacing the unfinished conversion in {directory} (it was interrupted)")
     if store.MANIFEST in entries:  # first, so that the directory stops being a store at once
         os.remove(os.path.join(directory, store.MANIFEST))
     _remove_contents(directory)
     return False
+
+
+def _remove_stale_scratch(marker: str) -> None:
+    """Removes the scratch directory an interrupted conversion named in its marker (if elsewhere, and ours)."""
+    try:
+        with open(marker) as stream:
+            scratch = json.load(stream).get("scratch", "")
+    except (OSError, ValueError, AttributeError):
+        return
+    if os.path.basename(scratch).startswith(".scratch-") and os.path.isdir(scratch):
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _note(progress, line: str) -> None:
+    """Tells the user something (progress.note, if the progress object has one)."""
+    note = getattr(progress, "note", None)
+    if note is not None:
+        note(line)
 
 
 def _remove_contents(directory: str) -> None:
@@ -168,6 +241,7 @@ class _Conversion:
         self._counts = {}  # num_parts -> chunk counts of its candidate assignments
 
     def run(self, num_parts, budget, reencode) -> dict:
+        self._check_disk_for_scan()
         scan = self.edges.scan(self.work)
         _check_rows(self.vertex_rows, scan.num_vertices)
         self.scan, self.reencode = scan, reencode
@@ -185,7 +259,10 @@ class _Conversion:
                   for name, rows in self.vertex_rows.items() if getattr(rows, "sparse", False)}  # CSR: entries
         layout = store.Layout(self.module, scan.num_vertices, assignment.bounds, assignment.edge_counts,
                               vertex_specs, scan.edge_data_spec, sparse)
-        buckets, record = self._bucket_edges(assignment)
+        record = self._bucket_record()
+        self._check_disk_for_store(layout, record)
+        buckets = self._bucket_edges(assignment, record)
+        getattr(self.edges, "release", lambda: None)()  # the source's scratch files are read for the last time
         self._write_chunks(layout, assignment, buckets, record)
         self._write_vertex_rows(layout, assignment)
         self._write(layout, [layout.order()], {"order": assignment.order})
@@ -214,12 +291,18 @@ class _Conversion:
             candidates = {p: [part.astype(np.min_scalar_type(p)) for part in
                               candidate_intervals(self.scan.degree, p, self.reencode)] for p in missing}
             counts = {p: [np.zeros((p, p), np.int64) for _ in candidates[p]] for p in missing}
+
+            def count(endpoints):
+                src, dst = endpoints
+                return len(src), {p: [count_chunk_edges(part_of, src, dst, p) for part_of in candidates[p]]
+                                  for p in missing}
+
             done = 0
-            for block in self.edges.blocks(self.work.block_edges):
+            for size, block_counts in self.work.map(count, self.edges.endpoints(self.work.block_edges)):
                 for p in missing:
-                    for k, part_of in enumerate(candidates[p]):
-                        counts[p][k] += count_chunk_edges(part_of, block.src, block.dst, p)
-                done += len(block.src)
+                    for total, block_count in zip(counts[p], block_counts[p]):
+                        total += block_count
+                done += size
                 self.work.report("count chunk edges", done, self.scan.num_edges)
             self._counts.update(counts)
         return {p: self._counts[p] for p in parts}
@@ -234,48 +317,53 @@ class _Conversion:
 
     # ---- pass 3: edges to chunk buckets ----
 
-    def _bucket_edges(self, assignment):
-        num_parts = len(assignment.bounds) - 1
-        part_of = assignment.part_of
-        local = assignment.position - assignment.bounds[part_of]  # user id -> id within its interval
-        index = np.uint32 if self.scan.num_vertices < 2**32 else np.int64
-        fields = [("src", index), ("dst", index), ("id", np.int64)]
+    def _bucket_record(self) -> np.dtype:
+        """A bucket's record: local src and dst, user edge id (the narrowest that hold them) and data."""
+        index = np.int32 if self.scan.num_vertices <= np.iinfo(np.int32).max else np.int64  # (a chunk's dtype)
+        ids = np.uint32 if self.scan.num_edges <= 2**32 else np.int64
+        fields = [("src", index), ("dst", index), ("id", ids)]
         if self.scan.edge_data_spec is not None:
             row_shape, dtype = self.scan.edge_data_spec
             fields.append(("data", dtype, row_shape))
-        record = np.dtype(fields)
-        buckets = [os.path.join(self.work.scratch, f"chunk-{cell:07d}.bin") for cell in range(num_parts * num_parts)]
-        done = 0
-        for block in self.edges.blocks(self.work.block_edges):
-            cell = part_of[block.src].astype(np.int64) * num_parts + part_of[block.dst]
-            order = np.argsort(cell, kind="stable")
-            records = np.empty(len(order), record)
-            records["src"] = local[block.src[order]]
-            records["dst"] = local[block.dst[order]]
-            records["id"] = block.ids[order]
+        return np.dtype(fields)
+
+    def _bucket_edges(self, assignment, record) -> Buckets:
+        num_parts = len(assignment.bounds) - 1
+        part_of = assignment.part_of
+        local = assignment.position - assignment.bounds[part_of]  # user id -> id within its interval
+        local = local.astype(record["src"], copy=False)
+        buckets = Buckets(self.work.scratch, "chunk", num_parts * num_parts)
+
+        def to_records(block):
+            records = np.empty(len(block.src), record)
+            records["src"], records["dst"], records["id"] = local[block.src], local[block.dst], block.ids
             if block.data is not None:
-                records["data"] = block.data[order]
-            starts = np.searchsorted(cell[order], np.arange(num_parts * num_parts + 1))
-            for c in np.flatnonzero(np.diff(starts)):
-                with open(buckets[c], "ab") as stream:
-                    stream.write(records[starts[c]:starts[c + 1]].data)
-            done += len(order)
-            self.work.report("bucket edges", done, self.scan.num_edges)
-        return buckets, record
+                records["data"] = block.data
+            return buckets.group(records, part_of[block.src].astype(np.int64) * num_parts + part_of[block.dst])
+
+        done = 0
+        try:
+            for grouped in self.work.map(to_records, self.edges.blocks(self.work.block_edges)):
+                buckets.write(grouped)
+                done += len(grouped[0])
+                self.work.report("bucket edges", done, self.scan.num_edges)
+        finally:
+            buckets.close()
+        return buckets
 
     # ---- pass 4: chunks ----
 
     def _write_chunks(self, layout, assignment, buckets, record):
         num_parts = len(assignment.bounds) - 1
         sizes = np.diff(assignment.bounds)
+        done = 0
         for i in range(num_parts):
             for j in range(num_parts):
-                path = buckets[i * num_parts + j]
-                records = np.fromfile(path, record) if os.path.exists(path) else np.empty(0, record)
+                records = buckets.read(i * num_parts + j, record)
                 if len(records) != assignment.edge_counts[i, j]:
                     raise RuntimeError(f"chunk ({i}, {j}) got {len(records)} edges, the count pass found "
                                        f"{assignment.edge_counts[i, j]}: the edge source changed between passes")
-                records = records[np.argsort(records["id"], kind="stable")]
+                records = self._in_user_order_per_pair(records)
                 chunk = chunk_from_edges(i, j, records["src"], records["dst"], int(sizes[i]), int(sizes[j]),
                                          records["id"], records["data"] if "data" in record.names else None)
                 del records
@@ -284,9 +372,36 @@ class _Conversion:
                           "csr_indptr": adjacency.csr_indptr, "csr_dst": adjacency.csr_dst,
                           "csr_edge": adjacency.csr_edge, "edge_ids": chunk.edge_ids, "edge_data": chunk.edge_data}
                 self._write(layout, layout.chunk(i, j), arrays)
-                if os.path.exists(path):
-                    os.remove(path)
-                self.work.report("write chunks", i * num_parts + j + 1, num_parts * num_parts)
+                del chunk, adjacency, arrays
+                buckets.remove(i * num_parts + j)
+                done += int(assignment.edge_counts[i, j])
+                self.work.report("write chunks", done, self.scan.num_edges)
+
+    def _in_user_order_per_pair(self, records):
+        """The records, sorted by user edge id unless every (src, dst) pair's edges already come in that order:
+        a source without repeated pairs, or one whose blocks bring the ids in increasing order."""
+        if getattr(self.edges, "unique_pairs", False) or np.all(records["id"][1:] > records["id"][:-1]):
+            return records
+        return records[np.argsort(records["id"], kind="stable")]
+
+    # ---- disk ----
+
+    def _check_disk_for_scan(self) -> None:
+        """Before the first pass: the scratch files the scan writes (those of a source of known size)."""
+        nbytes = self.edges.scan_scratch_nbytes()
+        if nbytes:
+            check_disk({self.work.scratch: nbytes}, "the first pass", self.work.progress)
+
+    def _check_disk_for_store(self, layout, record) -> None:
+        """Once P is known: the chunk buckets beside the source's scratch, then the store beside the largest
+        bucket (a chunk's bucket goes once the chunk is written, and a chunk is larger than its bucket)."""
+        edges = self.scan.num_edges
+        store_nbytes = sum(int(np.prod(loc.shape, dtype=np.int64)) * np.dtype(loc.dtype).itemsize + 128
+                           for loc in layout.all())
+        largest_bucket = int(layout.edge_counts.max(initial=0)) * record.itemsize
+        check_disk({self.work.scratch: edges * record.itemsize}, "bucketing the edges", self.work.progress)
+        phases = {self.work.scratch: largest_bucket, self.directory: store_nbytes - _tree_nbytes(self.directory)}
+        check_disk(phases, f"writing the store ({memory.format_bytes(store_nbytes)})", self.work.progress)
 
     # ---- pass 5: vertex rows ----
 

@@ -135,12 +135,20 @@ class _PairRecords:
 
     def pairs(self, bucket: int, records: np.ndarray):
         """(src, dst) int64 of bucket `bucket`'s records."""
+        key = self._keys(bucket, records)
+        return (key >> np.uint64(self.vertex_bits)).astype(np.int64), self._dst(key)
+
+    def destinations(self, bucket: int, records: np.ndarray) -> np.ndarray:
+        return self._dst(self._keys(bucket, records))
+
+    def _keys(self, bucket: int, records: np.ndarray) -> np.ndarray:
         key = self.stored_key(records) | np.uint64(bucket << self.stored_bits)
         key *= self._inverse
         key &= self._mask
-        src = (key >> np.uint64(self.vertex_bits)).astype(np.int64)
-        dst = (key & np.uint64((1 << self.vertex_bits) - 1)).astype(np.int64)
-        return src, dst
+        return key
+
+    def _dst(self, key: np.ndarray) -> np.ndarray:
+        return (key & np.uint64((1 << self.vertex_bits) - 1)).astype(np.int64)
 
 
 def _inverse_sqrt(degree: np.ndarray) -> np.ndarray:
@@ -201,8 +209,9 @@ class SymmetrizedEdges(EdgeSource):
         scanned = self.base.scan(work) if known is None else None
         n, edges = known or (scanned.num_vertices, scanned.num_edges)
         self.num_vertices = n
-        # Two buckets are deduplicated at once, each sorted in place: a bucket is bucket_bytes / 2.
-        self._records = _PairRecords(n, 2 * edges, -(-2 * edges * 16 * 2 // work.bucket_bytes))
+        # A bucket being deduplicated takes about 6 x its records' bytes (the records, the copies kept, their
+        # positions and vertex ids), and `workers` are at it at once.
+        self._records = _PairRecords(n, 2 * edges, -(-2 * edges * 8 * 6 * work.workers // work.bucket_bytes))
         self._buckets = Buckets(work.scratch, "symmetric", self._records.num_buckets)
         self._write_both_directions(n, edges, check=scanned is None)
         in_degree = self._deduplicate(n, edges)
@@ -247,7 +256,7 @@ class SymmetrizedEdges(EdgeSource):
             np.not_equal(key[1:], key[:-1], out=first[1:])
             kept = kept[first]
             kept.tofile(self._buckets.paths[b])
-            return records.seq(kept), records.pairs(b, kept)[1], len(first)
+            return records.seq(kept), records.destinations(b, kept), len(first)
 
         self._kept = RankBitmap(2 * edges)
         in_degree = _DegreeCounter(n)
@@ -300,4 +309,5 @@ class SymmetrizedEdges(EdgeSource):
         """Removes the scratch buckets (and the input's spooled copy): after the last pass."""
         if self._buckets is not None:
             self._buckets.remove_all()
+        self._kept = None  # (the rank bitmap: E/2 bytes)
         getattr(self.base, "release", lambda: None)()

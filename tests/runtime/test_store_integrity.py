@@ -62,8 +62,10 @@ from ngra_tf.graph import Graph
 from ngra_tf.store import write_store
 rng = np.random.default_rng(0)
 graph = Graph.from_edges(rng.integers(0, 50, 400), rng.integers(0, 50, 400), 50)
+written = []
 def progress(stage, done, total):
-    if stage == "write chunks" and done == 2:
+    written.extend([done] if stage == "write chunks" else [])
+    if len(written) == 2:
         os.kill(os.getpid(), signal.SIGKILL)
 write_store({str(tmp_path / "store")!r}, graph, 3, {{"x": np.zeros((50, 2))}}, progress=progress)
 """
@@ -74,7 +76,12 @@ write_store({str(tmp_path / "store")!r}, graph, 3, {{"x": np.zeros((50, 2))}}, p
     assert written, "the conversion was killed before writing any chunk"
     with pytest.raises(ValueError, match=r"incomplete store: no manifest \(manifest.json\) in .*store"):
         open_store(tmp_path / "store")
-    # Converting again into the leftovers needs overwrite, and then works.
+    # The leftovers are marked as an unfinished conversion: converting again replaces them.
+    assert (tmp_path / "store" / "CONVERTING").exists()
+    assert write_store(tmp_path / "store", GRAPH, 2).num_parts == 2
+    assert not (tmp_path / "store" / "CONVERTING").exists()
+    # Other files in a directory need overwrite.
+    os.remove(tmp_path / "store" / "manifest.json")
     with pytest.raises(ValueError, match="not empty and holds no store manifest.*overwrite=True"):
         write_store(tmp_path / "store", GRAPH, 2)
     assert write_store(tmp_path / "store", GRAPH, 2, overwrite=True).num_parts == 2
