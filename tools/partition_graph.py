@@ -69,9 +69,14 @@ flags.DEFINE_string("output", None, "The store directory to write.")
 flags.DEFINE_enum("format", "npy", ["npy", "hdf5"], "Store format: one .npy per array, or HDF5 files (read "
                   "through tensorflow-io).")
 flags.DEFINE_integer("chunks", None, "Vertex intervals P (P x P chunks).", lower_bound=1)
-flags.DEFINE_string("memory_budget", None, "Memory for one training step (e.g. 256MB, 2GiB): the smallest P whose "
-                    "largest chunk plus 3 intervals of vertex rows fit is chosen; the conversion also sizes its "
-                    "blocks from it. With --chunks, only the blocks.")
+flags.DEFINE_string("memory_budget", None, "Memory to train in (e.g. 256MB, 4GB): the smallest P under which "
+                    "examples/train.py --memory_budget accepts the store for --models is chosen, by the trainer's "
+                    "own estimate; the conversion also stays within it. With --chunks, it only bounds the "
+                    "conversion.")
+flags.DEFINE_list("models", ["gcn"], "The models (ngra_tf.recipes names) whose training --memory_budget sizes the "
+                  "chunks for: P fits the one that needs the most.")
+flags.DEFINE_integer("hidden", None, "Hidden units of --models, as examples/train.py --hidden (default: each "
+                     "recipe's).", lower_bound=1)
 flags.DEFINE_bool("reencode", True, "Re-encode vertex ids to balance chunk sizes (as Graph.partition).")
 flags.DEFINE_bool("overwrite", False, "Replace the contents of a non-empty --output.")
 flags.DEFINE_string("scratch_dir", None, "Where temporary files go (default: inside --output).")
@@ -184,6 +189,8 @@ def _inputs():
     if edges.num_vertices is None and rows:  # neither the flag nor the file says: the vertex arrays decide
         edges = sources.edges_from_file(FLAGS.edges, next(iter(rows.values())).num_rows)
     description = {"edges": os.path.abspath(FLAGS.edges)}
+    if "labels" in rows:  # (what a model's output width is: the trainer's estimate needs it)
+        description["num_classes"] = 1 + max(int(block.max(initial=-1)) for block in rows["labels"].blocks(1 << 20))
     description.update({name: row.label for name, row in rows.items()})
     return edges, rows, description, FLAGS.prepare or "none"
 
@@ -196,6 +203,7 @@ def main(argv):
     if FLAGS.chunks is None and FLAGS.memory_budget is None:
         raise app.UsageError("give --chunks=P or --memory_budget=SIZE")
     from ngra_tf.runtime import resident  # noqa: PLC0415  (loads TensorFlow: after the flags)
+    from ngra_tf import recipes  # noqa: PLC0415
     from ngra_tf.store import convert, memory
 
     baseline = resident.mark()  # TensorFlow is loaded: what follows is the conversion's
@@ -205,10 +213,15 @@ def main(argv):
     try:
         if FLAGS.memory_budget is not None:
             memory.parse_size(FLAGS.memory_budget)
+        training = recipes.TrainingMemory(FLAGS.models, FLAGS.hidden)
         edges, rows, description, prepare = _inputs()
         progress = _Progress(show_running=FLAGS.progress, baseline=baseline)  # (its first pass starts here)
+        if FLAGS.chunks is None and not ("num_classes" in description and "features" in rows):
+            raise ValueError("--memory_budget chooses P for training --models, which needs the features and "
+                             "labels (--features and --labels, or a preset); without them give --chunks=P")
         store = convert.convert(FLAGS.output, edges, rows, num_parts=FLAGS.chunks,
-                                memory_budget=FLAGS.memory_budget, format=FLAGS.format, reencode=FLAGS.reencode,
+                                memory_budget=FLAGS.memory_budget, working_set=training, format=FLAGS.format,
+                                reencode=FLAGS.reencode,
                                 prepare=prepare, overwrite=FLAGS.overwrite, scratch_dir=FLAGS.scratch_dir,
                                 progress=progress, source=description)
         progress.close()
@@ -223,26 +236,16 @@ def main(argv):
               f"to {FLAGS.output}; run the same command again to convert", file=sys.stderr)
         sys.exit(143 if sigterm else 130)
     seconds = time.perf_counter() - start
-    row_nbytes = sum(store.row_nbytes(name) for name in store.vertex_names)
-    edge_row_nbytes = 0 if store.edge_data_spec is None else (
-        store.edge_data_spec[1].itemsize * _prod(store.edge_data_spec[0]))
-    step = memory.partition_step_nbytes(store.edge_counts, store.bounds, row_nbytes, edge_row_nbytes)
     size = sum(entry["bytes"] for entry in store.manifest["files"].values())
     balance = store.partition().balance()
     print(f"wrote {store.path}: {store.format}, {store.num_vertices} vertices, {store.num_edges} edges, "
           f"P={store.num_parts} (chunk imbalance {balance['before']:.2f} -> {balance['after']:.2f}), "
           f"vertex arrays {', '.join(store.vertex_names) or 'none'}")
-    print(f"store size {resident.format_bytes(size)} ({size} bytes); per-step working set "
-          f"{resident.format_bytes(step)} (largest chunk + 3 intervals of vertex rows)")
+    print(f"store size {resident.format_bytes(size)} ({size} bytes)")
+    if "num_classes" in store.manifest["source"] and "features" in store.vertex_names:
+        print(f"training working set (the trainer's estimate) of {training(store)[1]}")
     peak = baseline.peak()
     print(f"converted in {seconds:.1f} s; {peak} ({peak.above_baseline_bytes} bytes above the baseline)")
-
-
-def _prod(shape) -> int:
-    result = 1
-    for size in shape:
-        result *= int(size)
-    return result
 
 
 if __name__ == "__main__":

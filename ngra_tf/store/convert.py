@@ -8,9 +8,10 @@ vertex rows):
    (prepare.SymmetrizedEdges) deduplicates here, bucket by bucket.
 2. count: the [P, P] chunk edge counts of the candidate interval assignments
    (identity and degree snake, `partition.candidate_intervals`), for one P
-   or, with a memory budget, for a few P at once until one fits
-   (`memory.smallest_num_parts`); `partition.choose_intervals` then decides
-   exactly as Partition does.
+   or, with a memory budget, for a few P at once until one fits by the
+   trainer's estimate of a training step over that partition's shape
+   (`working_set`, `memory.smallest_num_parts`); `partition.choose_intervals`
+   then decides exactly as Partition does.
 3. bucket: every edge goes, as (local src, local dst, user edge id, data),
    to the scratch file of its chunk, in stream order.
 4. chunks: one bucket at a time is loaded and made into the chunk by
@@ -55,6 +56,8 @@ from ngra_tf.store import integrity, memory, store
 from ngra_tf.store.prepare import PREPARATIONS, SymmetrizedEdges
 from ngra_tf.store.sources import Buckets, EdgeSource, GraphEdges, RowSource, Work, row_source
 
+# The most intervals a memory budget may ask for (a step table per chunk grows as P^2).
+_MOST_PARTS = 1024
 # Without a budget (num_parts given), blocks are sized for this much memory.
 DEFAULT_BUDGET = 1 << 30
 # Working bytes per edge of a block while bucketing: the block's ids and data,
@@ -76,18 +79,22 @@ def work_for_budget(budget: int, scratch: str, progress=None) -> Work:
 
 
 def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, num_parts: int | None = None,
-            memory_budget=None, format: str = "npy", reencode: bool = True, prepare: str = "none",
-            overwrite: bool = False, scratch_dir=None, progress=None, source: dict | None = None) -> store.Store:
+            memory_budget=None, working_set=None, format: str = "npy", reencode: bool = True,
+            prepare: str = "none", overwrite: bool = False, scratch_dir=None, progress=None,
+            source: dict | None = None) -> store.Store:
     """Writes a store of the graph `edges` streams (prepared as asked) with vertex arrays; returns it opened.
 
     Args:
       directory: the store's directory: created, or empty, or replaced with overwrite.
       edges: an EdgeSource (ngra_tf.store.sources).
       vertex_rows: {name: RowSource} of per-vertex arrays in the user's order.
-      num_parts: P; or memory_budget (bytes or a size such as "256MB"), from
-        which the smallest P whose per-step working set fits is chosen
-        (memory.smallest_num_parts). Given both, P is kept and the budget
-        only sizes the conversion's blocks.
+      num_parts: P; or memory_budget (bytes or a size such as "256MB") with
+        working_set, from which the smallest P whose training fits is
+        chosen (memory.smallest_num_parts). Given both, P is kept and the
+        budget only sizes the conversion's blocks.
+      working_set: working_set(shape) -> (bytes, what they sum): the
+        training working set over a store of that shape (a store.Shape;
+        ngra_tf.recipes.TrainingMemory: the trainer's own estimate).
       format: "npy" or "hdf5".
       reencode: as Graph.partition.
       prepare: "none", "gcn" or "symmetric" (recipes.prepare_graph's graphs).
@@ -103,8 +110,9 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
         store.check_vertex_name(name)
         if not isinstance(rows, RowSource):
             raise ValueError(f"vertex_rows[{name!r}] must be a RowSource, got {type(rows).__name__}")
-    if num_parts is None and memory_budget is None:
-        raise ValueError("give num_parts or memory_budget")
+    if num_parts is None and (memory_budget is None or working_set is None):
+        raise ValueError("give num_parts, or memory_budget and working_set (ngra_tf.recipes.TrainingMemory) to "
+                         "choose it by")
     if num_parts is not None:
         num_parts = _check_num_parts(num_parts)
     budget = None if memory_budget is None else memory.parse_size(memory_budget)
@@ -124,7 +132,8 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
         scratch = tempfile.mkdtemp(prefix=".scratch-", dir=directory if scratch_dir is None else scratch_dir)
         integrity.write_json_atomically(os.path.join(directory, MARKER), {"pid": os.getpid(), "scratch": scratch})
         work = work_for_budget(budget or DEFAULT_BUDGET, scratch, progress)
-        manifest = _Conversion(directory, module, edges, vertex_rows, work).run(num_parts, budget, bool(reencode))
+        manifest = _Conversion(directory, module, edges, vertex_rows, work).run(
+            num_parts, budget, bool(reencode), working_set, dict(source or {}))
         manifest["source"] = dict(source or {}, edges=edges.description)
         store.validate_manifest(manifest, directory)
         integrity.write_json_atomically(os.path.join(directory, store.MANIFEST), manifest)
@@ -138,18 +147,14 @@ def convert(directory, edges: EdgeSource, vertex_rows: dict | None = None, *, nu
     return store.open_store(directory)
 
 
-def _tree_nbytes(directory: str) -> int:
-    """Bytes of the files under directory (what a conversion wrote there so far)."""
-    return sum(os.path.getsize(os.path.join(root, name)) for root, _, names in os.walk(directory) for name in names)
-
-
 def check_disk(needs: dict, what: str, progress=None) -> None:
     """Checks that {directory: bytes still to be written there} fits the free space of each filesystem
     (directories on one filesystem add up); raises ValueError naming the directory, bytes needed and free."""
     by_device = {}
     for directory, nbytes in needs.items():
-        paths, total = by_device.get(os.stat(directory).st_dev, ((), 0))
-        by_device[os.stat(directory).st_dev] = (paths + (directory,), total + max(int(nbytes), 0))
+        device = os.stat(directory).st_dev
+        paths, total = by_device.get(device, ((), 0))
+        by_device[device] = (paths + (directory,), total + max(int(nbytes), 0))
     for paths, total in by_device.values():
         free = shutil.disk_usage(paths[0]).free
         where = " and ".join(paths)
@@ -240,18 +245,15 @@ class _Conversion:
         self.files = {}  # manifest entries of the files written
         self._counts = {}  # num_parts -> chunk counts of its candidate assignments
 
-    def run(self, num_parts, budget, reencode) -> dict:
+    def run(self, num_parts, budget, reencode, working_set=None, source=None) -> dict:
         self._check_disk_for_scan()
         scan = self.edges.scan(self.work)
         _check_rows(self.vertex_rows, scan.num_vertices)
         self.scan, self.reencode = scan, reencode
-        row_nbytes = sum(rows.row_nbytes for rows in self.vertex_rows.values())
-        edge_row_nbytes = 0 if scan.edge_data_spec is None else (
-            scan.edge_data_spec[1].itemsize * int(np.prod(scan.edge_data_spec[0], dtype=np.int64)))
         if num_parts is None:
-            num_parts, _ = memory.smallest_num_parts(
-                budget, scan.num_vertices, scan.num_edges, row_nbytes,
-                lambda candidates: self._step_nbytes(candidates, row_nbytes, edge_row_nbytes), edge_row_nbytes)
+            num_parts, _, _ = memory.smallest_num_parts(
+                budget, lambda candidates: [working_set(shape) for shape in self._shapes(candidates, source)],
+                lambda p: working_set(self._even_shape(p, source)), min(scan.num_vertices, _MOST_PARTS))
         assignment = assign_intervals(scan.degree, num_parts, reencode,
                                       lambda candidates: self._candidate_counts([num_parts])[num_parts])
         vertex_specs = {name: (rows.row_shape, rows.dtype) for name, rows in self.vertex_rows.items()}
@@ -307,13 +309,28 @@ class _Conversion:
             self._counts.update(counts)
         return {p: self._counts[p] for p in parts}
 
-    def _step_nbytes(self, parts: list, row_nbytes: int, edge_row_nbytes: int) -> list:
+    def _shapes(self, parts: list, source: dict) -> list:
+        """The store.Shape of the partition into each P of `parts` (their chunks counted in one pass)."""
         counts = self._candidate_counts(parts)
-        sizes = []
+        shapes = []
         for p in parts:
             chosen = choose_intervals(candidate_intervals(self.scan.degree, p, self.reencode), counts[p])
-            sizes.append(memory.partition_step_nbytes(chosen.edge_counts, chosen.bounds, row_nbytes, edge_row_nbytes))
-        return sizes
+            shapes.append(self._shape(chosen.bounds, chosen.edge_counts, chosen.part_of, source))
+        return shapes
+
+    def _even_shape(self, p: int, source: dict):
+        """A partition into p that no real one beats: equal intervals, every chunk the mean (a lower bound)."""
+        bounds = np.array([self.scan.num_vertices * i // p for i in range(p + 1)], np.int64)
+        return self._shape(bounds, np.full((p, p), -(-self.scan.num_edges // (p * p)), np.int64), None, source)
+
+    def _shape(self, bounds, edge_counts, part_of, source: dict):
+        p = len(bounds) - 1
+        sparse = {name: (np.bincount(part_of, rows.row_counts(), p) if part_of is not None else
+                         np.full(p, rows.row_counts().sum() / p))
+                  for name, rows in self.vertex_rows.items() if getattr(rows, "sparse", False)}
+        return store.Shape(self.directory, self.scan.num_vertices, self.scan.num_edges, bounds, edge_counts,
+                           {name: (rows.row_shape, rows.dtype) for name, rows in self.vertex_rows.items()},
+                           self.scan.edge_data_spec, sparse, source.get("num_classes"))
 
     # ---- pass 3: edges to chunk buckets ----
 
@@ -400,7 +417,7 @@ class _Conversion:
                            for loc in layout.all())
         largest_bucket = int(layout.edge_counts.max(initial=0)) * record.itemsize
         check_disk({self.work.scratch: edges * record.itemsize}, "bucketing the edges", self.work.progress)
-        phases = {self.work.scratch: largest_bucket, self.directory: store_nbytes - _tree_nbytes(self.directory)}
+        phases = {self.work.scratch: largest_bucket, self.directory: store_nbytes}
         check_disk(phases, f"writing the store ({memory.format_bytes(store_nbytes)})", self.work.progress)
 
     # ---- pass 5: vertex rows ----
