@@ -46,6 +46,27 @@ def power_law_graph(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     return Graph.from_edges(src, dst, num_vertices)
 
 
+def _search_in_order(boundaries: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """np.searchsorted(boundaries, values) for values in [0, 1), searched in increasing order.
+
+    numpy starts each search where the last one ended when the values rise,
+    so a large boundary array is walked in cache instead of jumped through:
+    several times faster. The values are visited by their top bits (then
+    position), packed with their position into one sortable uint64; each
+    result is still its own value's, so the output is searchsorted's.
+    """
+    count = len(values)
+    position_bits = max(1, (count - 1).bit_length())
+    keys = (values * float(1 << (64 - position_bits))).astype(np.uint64)  # (values < 1: fits)
+    keys <<= np.uint64(position_bits)
+    keys |= np.arange(count, dtype=np.uint64)
+    keys.sort()
+    order = (keys & np.uint64((1 << position_bits) - 1)).astype(np.intp)
+    found = np.empty(count, np.intp)
+    found[order] = np.searchsorted(boundaries, values[order])
+    return found
+
+
 def power_law_edges(num_vertices: int, num_edges: int, exponent: float = 2.2, seed: int = 0,
                     block_edges: int = 1 << 20):
     """Yields power_law_graph's edges in order as (src, dst) blocks of up to block_edges.
@@ -72,7 +93,7 @@ def power_law_edges(num_vertices: int, num_edges: int, exponent: float = 2.2, se
     dst_draws = np.random.Generator(dst_bits)
 
     def draw(generator, count):
-        return relabel[np.minimum(np.searchsorted(cumulative, generator.random(count)), num_vertices - 1)]
+        return relabel[np.minimum(_search_in_order(cumulative, generator.random(count)), num_vertices - 1)]
 
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         for start in range(0, max(num_edges, 1), block_edges):  # an edgeless graph is one empty block
