@@ -63,6 +63,9 @@ DEFAULT_BUDGET = 1 << 30
 # Working bytes per edge of a block while bucketing: the block's ids and data,
 # interval lookups, the sort by chunk and the records written.
 _BYTES_PER_STREAMED_EDGE = 128
+# Bytes per edge a chunk's build holds beside its bucket's records (measured: the CSC order and gathers,
+# then a CSR sort buffer; adjacency.from_csc).
+_CHUNK_BUILD_BYTES_PER_EDGE = 32
 # Names a conversion in progress in its output directory (removed once the manifest is written).
 MARKER = "CONVERTING"
 
@@ -262,6 +265,7 @@ class _Conversion:
         layout = store.Layout(self.module, scan.num_vertices, assignment.bounds, assignment.edge_counts,
                               vertex_specs, scan.edge_data_spec, sparse)
         record = self._bucket_record()
+        self._check_memory_for_chunks(assignment.edge_counts, record, budget)
         self._check_disk_for_store(layout, record)
         buckets = self._bucket_edges(assignment, record)
         getattr(self.edges, "release", lambda: None)()  # the source's scratch files are read for the last time
@@ -393,6 +397,20 @@ class _Conversion:
                 buckets.remove(i * num_parts + j)
                 done += int(assignment.edge_counts[i, j])
                 self.work.report("write chunks", done, self.scan.num_edges)
+
+    def _check_memory_for_chunks(self, edge_counts, record, budget) -> None:
+        """Warns when the largest chunk of a P given with a budget cannot be built within it (the budget
+        also sizes blocks, and tests give tiny ones on purpose: a warning, not a refusal)."""
+        largest = int(edge_counts.max(initial=0))
+        need = largest * (record.itemsize + _CHUNK_BUILD_BYTES_PER_EDGE)
+        if budget is None or need <= budget:
+            return
+        num_parts = len(edge_counts)
+        enough = int(np.ceil(num_parts * np.sqrt(need / budget)))  # (chunks shrink as 1/P^2)
+        _note(self.work.progress, f"warning: num_parts (--chunks) {num_parts} makes a chunk of {largest} edges, "
+                                  f"whose build needs about {memory.format_bytes(need)}, more than the memory "
+                                  f"budget {memory.format_bytes(budget)}: give about {enough} or more parts, or "
+                                  f"leave P to the budget")
 
     def _in_user_order_per_pair(self, records):
         """The records, sorted by user edge id unless every (src, dst) pair's edges already come in that order:

@@ -11,6 +11,10 @@ degrees. Row sources yield consecutive blocks of a [V, ...] array from row
               an .npz with src, dst[, edge_data][, num_vertices], members streamed
               (compressed or not) through zipfile
     rows      an array; .npy; an .npz member; an HDF5 dataset (h5py slices)
+
+Every pass is told how (`Work`): block sizes from the memory budget, where
+scratch goes, `Work.map` to run independent blocks on the cores in order,
+and `Buckets`, the scratch files records are appended to by key.
 """
 
 from __future__ import annotations

@@ -5,6 +5,7 @@ passes, in one line naming the directory and the bytes needed and free."""
 import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import sys
@@ -120,3 +121,18 @@ def test_records_too_wide_for_one_number_are_sorted_as_pairs(tmp_path, monkeypat
                             memory_budget="64KB")
     assert_store_matches(store, recipes.prepare_graph("gcn", graph), 2)
     assert json.loads((tmp_path / "store" / "manifest.json").read_text())["num_parts"] == 2
+
+
+def test_chunks_too_large_for_the_budget_are_named_with_what_would_do(tmp_path):
+    class Notes(list):
+        def __call__(self, stage, done, total):
+            pass
+
+        def note(self, line):
+            self.append(line)
+
+    notes = Notes()
+    convert.convert(tmp_path / "store", sources.GraphEdges(tiny_graph()), num_parts=1, memory_budget=8000,
+                    progress=notes)
+    assert any(re.match(r"warning: num_parts \(--chunks\) 1 makes a chunk of 500 edges, whose build needs about "
+                        r".*, more than the memory budget .*: give about 2 or more parts", line) for line in notes)
