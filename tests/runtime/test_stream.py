@@ -15,6 +15,7 @@ import tensorflow as tf
 import ngra_tf
 from ngra_tf import recipes
 from ngra_tf.ops import copy_stats
+from ngra_tf.runtime.plan.budget import CACHE_FACTOR
 from ngra_tf.store import open_store, write_store
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -220,7 +221,7 @@ def test_the_chunk_cache_reads_the_least_the_schedule_needs(tmp_path, model, spi
     everything = sum(probe.memory_plan().chunk_bytes.values()) + NUM_VERTICES * WIDTH * 4  # chunks + features
     for room in (0, everything // 2, everything):
         memory, streamed, store, _ = _pair(tmp_path / f"{room}", model, 3, spill=spill,
-                                           memory_budget=smallest + room)
+                                           memory_budget=smallest + CACHE_FACTOR * room)  # (what room costs)
         plan = streamed.memory_plan().cache
         assert plan is not None and plan.capacity == room and plan.cached_bytes <= room
         if room == 0:
@@ -324,6 +325,28 @@ def test_train_py_stays_within_the_smallest_budget_it_accepts(tmp_path, preset_s
     result = json.loads(record.read_text())
     assert len(result["history"]["loss"]) == 20
     assert 0 < result["peak_memory_bytes"] <= 1.1 * budget, (result["peak_memory_bytes"], budget)
+
+
+def test_train_py_reports_what_each_epoch_read_against_the_plans_least(tmp_path, preset_store):
+    """Without validation (--validation_freq=0), a store-backed epoch reads what the chunk cache's plan says a
+    training step reads, and spill files what was written to them (each read back once here): train.py
+    prints both and records them per epoch."""
+    record = tmp_path / "history.json"
+    done = _train("--model=gcn", f"--store={preset_store}", "--memory_budget=1GB", "--epochs=3",
+                  "--validation_freq=0", f"--history_json={record}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    line = re.search(r"read from the store and spill files: first epoch .*; then .*/epoch, median of 2; a "
+                     r"training step's least at this budget .* \(the store's .* by the chunk cache's plan", done.stdout)
+    assert line, done.stdout
+    result = json.loads(record.read_text())
+    assert "val_loss" not in result["history"] and len(result["store_read_bytes"]) == 3
+    store = open_store(preset_store)
+    model = recipes.build_model("gcn", store, num_classes=store.num_classes(), memory_budget="1GB")
+    model.build(store.array("features").shape)
+    plan = model.memory_plan()
+    assert plan.cache is not None and plan.host == "memory"  # (1 GB: the cache holds the store)
+    assert result["store_read_bytes"] == [plan.cache.reads_first, plan.cache.reads_steady, plan.cache.reads_steady]
+    assert result["spill_written_bytes"] == [0, 0, 0]
 
 
 @pytest.mark.parametrize("flags,message", [
