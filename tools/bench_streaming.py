@@ -8,9 +8,9 @@
     python tools/bench_streaming.py --neugraph --store=/tmp/rm16.store   # NeuGraph's step order, if expressible
 
 Each size is the reddit-small preset scaled by copies x --base_scale (vertices
-and edges; 602 features), converted once into a store under --work_dir with
-P chosen by tools/partition_graph.py for --convert_budget (chunks keep their
-size as the graph grows, as in NGra).
+and edges; 602 features), converted once into a store under --work_dir at P = --base_chunks x
+sqrt(copies), rounded (chunks keep their size as the graph grows, as in
+NGra).
 
 Fig. 15 (the default): GCN (model.fit, no validation) from each store in
 these configurations (--configs), or with --model a functional recipe
@@ -81,8 +81,8 @@ FLAGS = flags.FLAGS
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 flags.DEFINE_list("copies", ["1", "4", "9", "16"], "Sizes: multiples of the base graph.")
 flags.DEFINE_float("base_scale", 0.25, "The base graph: reddit-small at this scale.", lower_bound=1e-4)
-flags.DEFINE_string("convert_budget", "64MB", "Memory budget the converter picks P for (same chunk size at every "
-                    "size).")
+flags.DEFINE_integer("base_chunks", 2, "P of the base graph; a graph of c copies is cut into base_chunks x "
+                     "sqrt(c) intervals (rounded), so chunks hold about as many edges at every size.", lower_bound=1)
 flags.DEFINE_string("memory_budget", None, "Training memory budget of the store-backed configurations (default: "
                     "none; the stores are on disk anyway). A budget too small for the host tier spills to disk.")
 flags.DEFINE_integer("hidden", 128, "Hidden units.", lower_bound=1)
@@ -201,10 +201,11 @@ def summarize(epochs: list) -> dict:
 # ---- the runs ----
 
 def store_for(copies: int) -> str:
-    path = os.path.join(FLAGS.work_dir, f"reddit-small-x{copies}-s{FLAGS.base_scale}-b{FLAGS.convert_budget}.store")
+    chunks = max(1, round(FLAGS.base_chunks * copies ** 0.5))
+    path = os.path.join(FLAGS.work_dir, f"reddit-small-x{copies}-s{FLAGS.base_scale}-p{chunks}.store")
     if not os.path.exists(os.path.join(path, "manifest.json")):
         command = [sys.executable, os.path.join(REPO, "tools", "partition_graph.py"), "--preset=reddit-small",
-                   f"--scale={FLAGS.base_scale * copies}", "--prepare=gcn", f"--memory_budget={FLAGS.convert_budget}",
+                   f"--scale={FLAGS.base_scale * copies}", "--prepare=gcn", f"--chunks={chunks}",
                    f"--output={path}", "--overwrite", "--noprogress"]
         done = subprocess.run(command, capture_output=True, text=True)
         if done.returncode:
@@ -539,15 +540,14 @@ def main(argv):
     bad = [s for s in FLAGS.schedule_list if s not in SCHEDULES]
     if bad or not FLAGS.schedule_list:
         raise app.UsageError(f"--schedule_list: choose from {', '.join(SCHEDULES)}; got {FLAGS.schedule_list}")
-    for name in ("convert_budget", "memory_budget"):
-        try:
-            if getattr(FLAGS, name):
-                memory.parse_size(getattr(FLAGS, name))
-        except ValueError as error:
-            raise app.UsageError(f"--{name}: {error}") from None
+    try:
+        if FLAGS.memory_budget:
+            memory.parse_size(FLAGS.memory_budget)
+    except ValueError as error:
+        raise app.UsageError(f"--memory_budget: {error}") from None
     if FLAGS.store is None:
         os.makedirs(FLAGS.work_dir, exist_ok=True)
-    results = {"flags": {name: FLAGS[name].value for name in ("copies", "base_scale", "convert_budget",
+    results = {"flags": {name: FLAGS[name].value for name in ("copies", "base_scale", "base_chunks",
                                                               "memory_budget", "hidden", "epochs", "store",
                                                               "spill", "selective")}}
     try:

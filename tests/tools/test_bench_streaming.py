@@ -10,7 +10,7 @@ import sys
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-TINY = ("--copies=1", "--base_scale=0.02", "--convert_budget=4MB", "--hidden=8", "--epochs=1")
+TINY = ("--copies=1", "--base_scale=0.02", "--base_chunks=2", "--hidden=8", "--epochs=1")
 
 
 def run(*args):

@@ -281,5 +281,5 @@ def _live_gradients(stages, specs) -> int:
     return most
 
 
-__all__ = ["Budget", "CACHE_FACTOR", "MemoryBudgetError", "tiles_of", "RESIDENT_FACTOR", "RUNTIME_BASE", "RUNTIME_PER_GRAPH_LAYER",
-           "RUNTIME_PER_SIGNATURE", "STEP_FACTOR"]
+__all__ = ["Budget", "CACHE_FACTOR", "MemoryBudgetError", "RESIDENT_FACTOR", "RUNTIME_BASE",
+           "RUNTIME_PER_GRAPH_LAYER", "RUNTIME_PER_SIGNATURE", "STEP_FACTOR", "tiles_of"]
