@@ -3,6 +3,7 @@
     python tools/simulate_ring.py                                   # paper-8gpu, 1 2 4 8 GPUs
     python tools/simulate_ring.py --out=docs/results/ring.png --json=/tmp/ring.json
     python tools/simulate_ring.py --topology=my-box.txt --compute_ms=4.1 --chunk_mb=48   # a measured run
+    python tools/simulate_ring.py --store=/tmp/reddit-full.store          # P, chunk bytes, tile compute measured
 
 A discrete-event simulation (ngra_tf/parallel/simulate.py) of one GNN layer
 streamed through the first n GPUs of --topology (a sample in
@@ -44,6 +45,10 @@ in a profile: tools/trace_summary.py sums NgraFusedGather per step) and t0 is
 the chunk bytes over the measured host-to-device bandwidth (the copy_h2d
 events of the same profile, or tools/bench_streaming.py's bytes per epoch
 over its time); pass --compute_ms=c and --chunk_mb, or --compute_ratio=c/t0.
+--store measures them from a chunk store instead: P is the store's, the
+chunk is its largest (its bytes as read), and c is fused_gather's median time
+over it (GCN's program, --width features, on this machine's default device).
+The links stay the topology's: they are assumed, not measured.
 """
 
 from __future__ import annotations
@@ -70,6 +75,11 @@ flags.DEFINE_float("compute_ratio", simulate.COMPUTE_PER_LOAD, "A tile's compute
                    "from the host by the first GPU alone (1.06: Fig. 16's calibration).")
 flags.DEFINE_float("compute_ms", None, "A tile's compute time in ms, measured; overrides --compute_ratio.")
 flags.DEFINE_integer("buffer", simulate.BUFFER, "Chunks a GPU may have arrived or arriving but not computed.",
+                     lower_bound=1)
+flags.DEFINE_string("store", None, "Calibrate from a chunk store (tools/partition_graph.py): --chunks, --chunk_mb "
+                    "and --compute_ms become its P, its largest chunk's bytes and fused_gather's time over that "
+                    "chunk here (the links stay the topology's).")
+flags.DEFINE_integer("width", 16, "With --store: the feature width a tile propagates (GCN hidden 16: 16).",
                      lower_bound=1)
 flags.DEFINE_string("out", None, "Write a PNG of speedup against GPU count here (needs matplotlib).")
 flags.DEFINE_string("json", None, "Write the speedups, times and traffic here as JSON.")
@@ -184,10 +194,39 @@ def speedup_chart(path, title, counts, speedups, note):
     return True
 
 
+def measure_tile(path, width: int) -> tuple:
+    """(P, MB of the largest chunk, ms of fused_gather over it) of a store, timed here (median of 5)."""
+    import numpy as np  # noqa: PLC0415  (TensorFlow loads only for a measurement)
+    import tensorflow as tf  # noqa: PLC0415
+
+    from ngra_tf import ops  # noqa: PLC0415
+    from ngra_tf.store import open_store  # noqa: PLC0415
+    from timing import median_ms  # noqa: PLC0415
+
+    store = open_store(path)
+    i, j = np.unravel_index(int(np.argmax(store.edge_counts)), store.edge_counts.shape)
+    chunk = store.chunk(int(i), int(j))
+    x = tf.random.normal([chunk.adjacency.num_src, width])
+    program = "copy_src" if chunk.edge_data is None else "src_mul_edge"
+    ms = median_ms(lambda: ops.fused_gather(chunk, x, program=program).numpy(), repeats=5)
+    mb = store.chunk_nbytes(int(i), int(j)) / 1e6
+    print(f"measured on {path}: P = {store.num_parts}; the largest chunk C[{i}][{j}], {chunk.num_edges} edges, "
+          f"{mb:.1f} MB; fused_gather ({program}, {width} features) over it: {ms:.1f} ms (median of 5)")
+    return store.num_parts, mb, ms
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {' '.join(argv[1:])}")
     topology = load_topology(FLAGS.topology)
+    if FLAGS.store:
+        for name in ("chunks", "chunk_mb", "compute_ms", "compute_ratio"):
+            if FLAGS[name].present:
+                raise app.UsageError(f"--store measures what --{name} would set: give one or the other")
+        try:
+            FLAGS.chunks, FLAGS.chunk_mb, FLAGS.compute_ms = measure_tile(FLAGS.store, FLAGS.width)
+        except ValueError as error:  # (open_store names the problem)
+            raise app.UsageError(f"--store: {error}") from None
     counts = sorted({int(n) for n in FLAGS.devices})
     kinds = list(dict.fromkeys(FLAGS.placements))
     chunk_bytes = FLAGS.chunk_mb * 1e6

@@ -70,3 +70,32 @@ def test_bad_flags_give_one_error_line_and_no_traceback(flag, message):
     assert done.returncode != 0
     assert "FATAL Flags parsing error" in done.stderr and message in done.stderr, done.stderr[-2000:]
     assert "Traceback" not in done.stderr
+
+
+def test_a_store_sets_p_the_chunk_bytes_and_the_tile_compute(tmp_path):
+    """--store measures the workload: its P, its largest chunk's bytes, fused_gather's time over that chunk."""
+    from ngra_tf import recipes  # noqa: PLC0415
+    from ngra_tf.graph import datasets  # noqa: PLC0415
+    from ngra_tf.store import write_store  # noqa: PLC0415
+
+    graph = recipes.prepare_graph("gcn", datasets.synthetic("blog", seed=0, scale=0.05).graph)
+    store = write_store(tmp_path / "store", graph, 3)
+    i, j = divmod(int(store.edge_counts.argmax()), 3)
+    out = tmp_path / "ring.json"
+    done = run(f"--store={store.path}", "--devices=1,2", f"--json={out}")
+    assert done.returncode == 0, done.stderr[-3000:]
+    mb = store.chunk_nbytes(i, j) / 1e6
+    assert (f"P = 3; the largest chunk C[{i}][{j}], {store.edge_counts[i, j]} edges, {mb:.1f} MB; fused_gather "
+            f"(src_mul_edge, 16 features) over it:") in done.stdout, done.stdout
+    workload = json.loads(out.read_text())["workload"]
+    assert workload["chunk_bytes"] == pytest.approx(mb * 1e6) and workload["tile_s"] > 0
+    assert f"layer: P = 3 chunks of {mb:g} MB" in done.stdout
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--store=/no/such.store"], "--store: no store at /no/such.store"),
+    (["--store=/no/such.store", "--compute_ms=3"], "--store measures what --compute_ms would set"),
+])
+def test_bad_store_flags_give_one_error_line(flags, message):
+    done = run(*flags)
+    assert done.returncode != 0 and message in done.stderr and "Traceback" not in done.stderr, done.stderr[-2000:]
