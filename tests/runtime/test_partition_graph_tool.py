@@ -127,3 +127,26 @@ def test_bad_input_exits_1_with_a_message_and_no_output(tmp_path):
     done = run_tool(f"--edges={tmp_path / 'bad.txt'}", f"--output={tmp_path / 'out'}", "--chunks=2")
     assert done.returncode == 1 and "partition_graph.py: error: " in done.stderr, done.stderr[-2000:]
     assert not (tmp_path / "out").exists()
+
+
+def test_the_p_a_budget_gives_trains_under_that_budget(tmp_path):
+    """The documented path: the converter picks P for a budget, and train.py trains from that store under the
+    same budget and no other flag (the scaled-down preset the suites keep for reddit-full's runs)."""
+    training = recipes.TrainingMemory()
+    two = convert_preset(tmp_path / "two", chunks=2)
+    budget = training(two)[0]  # (blog x 0.5: P = 1 needs more, so the budget picks P = 2)
+    done = run_tool("--preset=blog", "--scale=0.5", f"--output={tmp_path / 'store'}", f"--memory_budget={budget}",
+                    "--noprogress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert re.search(r"P=2 .*\n.*\ntraining working set \(the trainer's estimate\) of gcn: ", done.stdout), done.stdout
+    train = subprocess.run([sys.executable, str(ROOT / "examples" / "train.py"), "--model=gcn",
+                            f"--store={tmp_path / 'store'}", f"--memory_budget={budget}", "--epochs=2",
+                            "--validation_freq=0"], capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
+    assert train.returncode == 0, train.stderr[-3000:]
+    assert "read from the store and spill files: first epoch" in train.stdout, train.stdout
+
+
+def convert_preset(path, chunks):
+    done = run_tool("--preset=blog", "--scale=0.5", f"--output={path}", f"--chunks={chunks}", "--noprogress")
+    assert done.returncode == 0, done.stderr[-3000:]
+    return open_store(path)
