@@ -243,7 +243,7 @@ def main(argv):
           f"vertex arrays {', '.join(store.vertex_names) or 'none'}")
     print(f"store size {resident.format_bytes(size)} ({size} bytes)")
     if "num_classes" in store.manifest["source"] and "features" in store.vertex_names:
-        print(f"training working set (the trainer's estimate) of {training(store)[1]}")
+        print(f"training (the trainer's estimate): {training(store)[1]}")
     peak = baseline.peak()
     print(f"converted in {seconds:.1f} s; {peak} ({peak.above_baseline_bytes} bytes above the baseline)")
 

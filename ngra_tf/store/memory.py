@@ -76,7 +76,7 @@ def smallest_num_parts(budget: int, working_set_at, lower_bound_at, most: int, b
     floor, floor_text = lower_bound_at(most)
     if floor > budget:
         raise ValueError(f"memory budget {format_bytes(budget)} ({budget} bytes) is too small to train this graph "
-                         f"at any P up to {most}: a step needs at least {floor_text}; give at least "
+                         f"at any P up to {most}: at best {floor_text}; give at least "
                          f"{format_bytes(floor)} ({floor} bytes)")
     p = 1
     while p < most and lower_bound_at(p)[0] > budget:
@@ -93,7 +93,7 @@ def smallest_num_parts(budget: int, working_set_at, lower_bound_at, most: int, b
                 smallest = (candidate, need, text)
         p = candidates[-1] + 1
     raise ValueError(f"memory budget {format_bytes(budget)} ({budget} bytes) is too small: the smallest working "
-                     f"set for P <= {p - 1} is at P={smallest[0]}, {smallest[2]}")
+                     f"set for P <= {p - 1} is at P={smallest[0]}: {smallest[2]}")
 
 
 def format_bytes(count: int) -> str:

@@ -137,7 +137,7 @@ def test_memory_budget_picks_the_smallest_p_whose_working_set_fits(tmp_path):
     assert need(store.num_parts) <= budget < need(store.num_parts - 1)
     assert store.num_parts > 1 and need(store.num_parts) in asked[store.num_parts]
     with pytest.raises(ValueError, match=r"memory budget 700 B \(700 bytes\) is too small to train this graph at "
-                                         r"any P up to \d+: a step needs at least \d+ bytes"):
+                                         r"any P up to \d+: at best \d+ bytes"):
         convert.convert(tmp_path / "small", sources.GraphEdges(graph), {"x": sources.ArrayRows("x", features)},
                         memory_budget=700, working_set=working_set)
     assert not (tmp_path / "small").exists()

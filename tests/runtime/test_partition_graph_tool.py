@@ -82,7 +82,7 @@ ERROR_CASES = {
               r"model must be one of gcn, .*; got .gnn."),
     "too small": (["--preset=cora", "--output={d}/out", "--memory_budget=100MB"],
                   r"memory budget 95.4 MiB \(100000000 bytes\) is too small to train this graph at any P up to "
-                  r"\d+: a step needs at least gcn: [\d.]+ MiB = 1.5 x largest step .* runtime [\d.]+ MiB; give "
+                  r"\d+: at best gcn needs [\d.]+ MiB = 1.5 x largest step .* runtime [\d.]+ MiB; give "
                   r"at least"),
 }
 
@@ -138,7 +138,7 @@ def test_the_p_a_budget_gives_trains_under_that_budget(tmp_path):
     done = run_tool("--preset=blog", "--scale=0.5", f"--output={tmp_path / 'store'}", f"--memory_budget={budget}",
                     "--noprogress")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert re.search(r"P=2 .*\n.*\ntraining working set \(the trainer's estimate\) of gcn: ", done.stdout), done.stdout
+    assert re.search(r"P=2 .*\n.*\ntraining \(the trainer's estimate\): gcn needs ", done.stdout), done.stdout
     train = subprocess.run([sys.executable, str(ROOT / "examples" / "train.py"), "--model=gcn",
                             f"--store={tmp_path / 'store'}", f"--memory_budget={budget}", "--epochs=2",
                             "--validation_freq=0"], capture_output=True, text=True, timeout=600, env=ENV, cwd=ROOT)
