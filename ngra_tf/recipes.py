@@ -180,7 +180,8 @@ class TrainingMemory:
     def __call__(self, shape) -> tuple:
         plans = [(model, self._model(model, shape).memory_plan(shape)) for model in self.models]
         model, plan = max(plans, key=lambda found: found[1].working_set)
-        return plan.working_set, f"{model}{'' if self.hidden is None else f' (hidden {self.hidden})'} needs {plan.formula()}"
+        hidden = "" if self.hidden is None else f" (hidden {self.hidden})"
+        return plan.working_set, f"{model}{hidden} needs {plan.formula()}"
 
     def _model(self, model, shape):
         width = int(np.prod(shape.vertex_spec("features")[0], dtype=np.int64))
