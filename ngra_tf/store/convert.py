@@ -268,7 +268,7 @@ class _Conversion:
         self._check_memory_for_chunks(assignment.edge_counts, record, budget)
         self._check_disk_for_store(layout, record)
         buckets = self._bucket_edges(assignment, record)
-        getattr(self.edges, "release", lambda: None)()  # the source's scratch files are read for the last time
+        self.edges.release()  # the source's scratch files are read for the last time
         self._write_chunks(layout, assignment, buckets, record)
         self._write_vertex_rows(layout, assignment)
         self._write(layout, [layout.order()], {"order": assignment.order})

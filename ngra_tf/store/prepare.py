@@ -310,4 +310,4 @@ class SymmetrizedEdges(EdgeSource):
         if self._buckets is not None:
             self._buckets.remove_all()
         self._kept = None  # (the rank bitmap: E/2 bytes)
-        getattr(self.base, "release", lambda: None)()
+        self.base.release()

@@ -174,6 +174,9 @@ class EdgeSource:
         """The first pass: validates ids, counts vertices, edges and degrees."""
         return scan_blocks(self.blocks(work.block_edges), self.num_vertices, work, getattr(self, "num_edges", None))
 
+    def release(self) -> None:
+        """The edges have been read for the last time: scratch files of the source's own may go."""
+
 
 def check_ids(block: EdgeBlock, num_vertices: int | None) -> None:
     """Raises ValueError naming the edge (file and line) of a negative or out-of-range vertex id."""
