@@ -47,10 +47,12 @@ inline int64_t NumBlocks(OpKernelContext* ctx, int64_t num_positions, int64_t wi
   return std::max<int64_t>(1, std::min<int64_t>(4 * threads, work / kMinWorkPerBlock));
 }
 
-// Runs body(begin, end) over [0, n) in parallel chunks (for validation passes).
-inline void ParallelRange(OpKernelContext* ctx, int64_t n,
-                          const std::function<void(int64_t, int64_t)>& body) {
-  const int64_t blocks = NumBlocks(ctx, n, 1);
+// Runs body(begin, end) over [0, n) in parallel chunks, each item costing about
+// `item_cost` elements' work (a row's width, a stretch's length): the split
+// into blocks is by work, so that a few wide items still use every thread.
+inline void ParallelRange(OpKernelContext* ctx, int64_t n, const std::function<void(int64_t, int64_t)>& body,
+                          int64_t item_cost = 1) {
+  const int64_t blocks = NumBlocks(ctx, n, item_cost);
   CpuParallel(ctx)(blocks, [&](int64_t first, int64_t last) {
     for (int64_t b = first; b < last; ++b) body(n * b / blocks, n * (b + 1) / blocks);
   });
@@ -238,7 +240,7 @@ absl::Status MeanScaled(OpKernelContext* ctx, const Tensor& grad, const Segments
       const T scale = csc.Degree(v) > 0 ? T(1) / static_cast<T>(csc.Degree(v)) : T(0);
       for (int64_t f = 0; f < width; ++f) sg[v * width + f] = g[v * width + f] * scale;
     }
-  });
+  }, width);
   *out = sg;
   return absl::OkStatus();
 }

@@ -372,7 +372,7 @@ class DropoutMaskOp : public OpKernel {
           .Drop(
               begin, end, [&](int64_t r) { return static_cast<uint64_t>(ids(r)) * width; },
               [&](int64_t) { return width; }, [&](int64_t r) { return r * width; }, nullptr, out);
-    });
+    }, width);
   }
 
  private:
@@ -421,7 +421,7 @@ class DropoutOp : public OpKernel {
               begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
               [&](int64_t r) { return std::min(stretch, size - r * stretch); }, [&](int64_t r) { return r * stretch; },
               x.flat<T>().data(), output->flat<T>().data());
-    });
+    }, stretch);
   }
 };
 

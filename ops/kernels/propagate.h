@@ -281,6 +281,8 @@ struct SrcGradWalk {
     const Index v = csr.Row(k);
     PrefetchBytes(g.Row(v) + f0, n * sizeof(T));
     if (Program::kUsesDst) PrefetchBytes(in.x_dst + static_cast<int64_t>(v) * in.width + f0, n * sizeof(T));
+    // Weights are in CSC order: this walk reads them at random too.
+    if constexpr (K == WeightKind::kScalar) __builtin_prefetch(in.weight + csr.Edge(k));
   }
   template <typename Red, int64_t kStride>
   void Accumulate(int64_t u, Index k, int, int64_t f0, int64_t count, T* __restrict acc,

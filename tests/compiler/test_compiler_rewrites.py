@@ -134,6 +134,27 @@ def test_narrowing_only_when_it_narrows():
     assert "does not narrow the rows (12 -> 20)" in layer.explain()
 
 
+def test_narrowing_only_when_it_narrows_the_cache_lines():
+    """16 -> 12 float32s narrows the rows but not what a random gather of one costs (1 -> 1.5 cache lines); 16 ->
+    8 narrows both. Either way the layer computes the same."""
+    graph = cc.graph_for("gcn").partition(2)
+    x = tf.random.stateless_normal((cc.features().shape[0], 16), (4, 5))
+    outputs = {}
+    for units, narrowed in ((12, False), (8, True)):
+        layer = ngra_tf.layers.GCN(units)
+        out = layer(x, graph=graph)
+        assert fused_gather_widths(lambda t: layer(t, graph=graph), x) == [units if narrowed else 16]
+        text = layer.explain()
+        if narrowed:
+            assert "narrowed: yes" in text, text
+        else:
+            assert "narrows the rows (16 -> 12) but not the cache lines a gathered row touches (1 -> 1.5 of 64 " \
+                   "bytes)" in text, text
+        outputs[units] = (layer, out)
+    layer, out = outputs[12]
+    cc.assert_close(out, layer(x, graph=graph, rewrites=["hoist", "fuse"]), "GCN(12) as written")
+
+
 class MeanMaxMin(ngra_tf.SAGALayer):
     accumulator = "mean|max|min"
 

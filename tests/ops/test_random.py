@@ -103,6 +103,21 @@ def test_dropout_rows_is_keras_dropout_of_the_whole_tensor_at_those_rows(uniform
     assert 0 < np.mean(want == 0) < 1
 
 
+def test_dropout_rows_of_wide_rows_split_across_threads_are_keras_dropout():
+    """Rows wide enough that the mask kernel splits them across threads (it weighs a row by its width) draw what
+    keras.random.dropout of the whole tensor draws there."""
+    import keras
+
+    rate, state = 0.5, np.array([7, 3], np.int64)
+    whole = tf.random.stateless_normal((53, 1400), (1, 2))
+    generator = keras.random.SeedGenerator()
+    generator.state.assign(state)
+    want = keras.random.dropout(whole, rate, seed=generator).numpy()
+    ids = np.concatenate([np.arange(53)[::-1], np.arange(53)])
+    got = ops.dropout_rows(tf.gather(whole, ids), rate, ops.dropout_seed(tf.constant(state)), ids)
+    np.testing.assert_array_equal(got.numpy(), want[ids])
+
+
 def test_dropout_mask_refuses_negative_ids():
     assert lib() is not None
     key, counter = tf.raw_ops.StatelessRandomGetKeyCounter(seed=tf.constant([1, 2]))
@@ -111,11 +126,11 @@ def test_dropout_mask_refuses_negative_ids():
 
 
 @pytest.mark.parametrize("dtype", ops.DTYPES, ids=lambda d: d.name)
-@pytest.mark.parametrize("shape", [(53, 3), (7, 602), (2, 5, 9), (4097,), (0, 6)])
+@pytest.mark.parametrize("shape", [(53, 3), (7, 602), (2, 5, 9), (4097,), (0, 6), (301, 602)])
 def test_dropout_is_stateless_dropout_forward_and_backward(uniform_at, dtype, shape):
     """dropout(x) == tf.nn.experimental.stateless_dropout(x) bit for bit, and so is its gradient (the mask drawn
     again, none kept), with the one-pass kernel (NgraDropout) and without the library; sizes that end inside a
-    Philox group and inside a 4096-entry stretch."""
+    Philox group and inside a 4096-entry stretch, and one the kernel splits across threads."""
     x = tf.cast(tf.random.stateless_normal(shape, (1, 2)), dtype)
     dy = tf.cast(tf.random.stateless_normal(shape, (3, 4)), dtype)
     seed = tf.constant([12345, 6], tf.int32)
