@@ -109,6 +109,14 @@ def prepare_graph(tensors):
     return None if lib is None else lib.ngra_prepare_graph(*tensors)
 
 
+def vouched_plan(num_src, num_dst, num_edges):
+    """The CPU plan prepare_graph makes of index arrays of these sizes, for arrays checked as it checks them
+    elsewhere (a store's chunks, verified when it is opened): the fused ops then check only their shapes. None
+    without the compiled library."""
+    lib = library()
+    return None if lib is None else lib.ngra_vouched_plan(num_src, num_dst, num_edges)
+
+
 def graph_plan(adjacency):
     """The plan the fused ops take with adjacency's arrays: its prepared one (made once per Adjacency, or by
     the loader of a LoadedAdjacency), else an empty one (the ops then check the arrays themselves)."""

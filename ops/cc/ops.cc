@@ -315,6 +315,24 @@ plan checks only the arrays' shapes: the plan vouches for their values, so
 pass it only with the very arrays it was made of.
 )doc");
 
+REGISTER_OP("NgraVouchedPlan")
+    .Input("num_src: int64")
+    .Input("num_dst: int64")
+    .Input("num_edges: int64")
+    .Output("plan: int8")
+    .SetShapeFn([](InferenceContext* c) {
+      c->set_output(0, c->Vector(c->UnknownDim()));
+      return absl::OkStatus();
+    })
+    .Doc(R"doc(
+The CPU plan NgraPrepareGraph makes of index arrays with these sizes, without
+the arrays: for arrays checked elsewhere as it checks them (a store's chunks,
+verified when the store is opened and read only while their files are
+unchanged). Like any plan it vouches for the arrays' values, so that a fused
+op checks only their shapes: pass it only with such arrays. A GPU op ignores
+it (its plan holds schedules made from the arrays) and checks them itself.
+)doc");
+
 // Explicit data movement (NGra §3.1). Each is a real copy; the byte counters
 // feed the streaming and ring measurements.
 #define NGRA_COPY_OP(name)                                        \

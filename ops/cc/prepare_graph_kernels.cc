@@ -2,6 +2,8 @@
 // five index arrays, once. The CPU walks need no schedule: the plan is the
 // graph's sizes under a tag (op_util.h), which lets a fused op skip these
 // checks; the GPU kernel (ops/cuda/propagation_kernels_gpu.cc) adds the schedules.
+// NgraVouchedPlan writes the same plan from sizes alone, for arrays a store
+// verified.
 #include "ops/cc/op_util.h"
 #include "tensorflow/core/framework/op_kernel.h"
 
@@ -36,6 +38,29 @@ class PrepareGraphOp : public OpKernel {
     WriteCpuPlan(num_src, num_dst, E, reinterpret_cast<char*>(plan->flat<int8_t>().data()));
   }
 };
+
+// NgraVouchedPlan: the same plan from the sizes of arrays checked elsewhere.
+class VouchedPlanOp : public OpKernel {
+ public:
+  explicit VouchedPlanOp(OpKernelConstruction* ctx) : OpKernel(ctx) {}
+
+  void Compute(OpKernelContext* ctx) override {
+    int64_t sizes[3];
+    const char* names[3] = {"num_src", "num_dst", "num_edges"};
+    for (int i = 0; i < 3; ++i) {
+      const Tensor& size = ctx->input(i);
+      OP_REQUIRES(ctx, size.dims() == 0,
+                  InvalidArgument(names[i], " must be a scalar, got shape ", ShapeOf(size)));
+      sizes[i] = size.scalar<int64_t>()();
+      OP_REQUIRES(ctx, sizes[i] >= 0, InvalidArgument(names[i], " must be >= 0, got ", sizes[i]));
+    }
+    Tensor* plan = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, TensorShape({kCpuPlanBytes}), &plan));
+    WriteCpuPlan(sizes[0], sizes[1], sizes[2], reinterpret_cast<char*>(plan->flat<int8_t>().data()));
+  }
+};
+
+REGISTER_KERNEL_BUILDER(Name("NgraVouchedPlan").Device(DEVICE_CPU), VouchedPlanOp);
 
 REGISTER_KERNEL_BUILDER(Name("NgraPrepareGraph").Device(DEVICE_CPU).TypeConstraint<int32_t>("Tindex"),
                         PrepareGraphOp<int32_t>);

@@ -133,6 +133,25 @@ def test_packed_and_copied_chunks_carry_their_plans(tmp_path):
     assert copied.adjacency.plan(None).shape == (32,)
 
 
+def test_a_stores_chunks_come_with_the_plan_of_their_arrays(tmp_path):
+    """Opening a store checks its chunks as NgraPrepareGraph does, so their reads carry the plan it would make of
+    them (NgraVouchedPlan, from the manifest's sizes), empty chunks included."""
+    graph = ngra_tf.Graph.from_edges([0, 1, 2, 3, 4, 5, 0, 2], [1, 2, 0, 4, 5, 3, 2, 1], 12)
+    store = write_store(tmp_path / "store", graph, 3, {"features": np.ones((12, 2), np.float32)})
+    reader = StoreReader(store, ["features"])
+    for k in range(9):
+        adjacency = reader.chunk(tf.constant(k)).adjacency
+        np.testing.assert_array_equal(adjacency.plan(None), lib().ngra_prepare_graph(*adjacency.tensors()))
+    assert 0 in store.edge_counts
+
+
+def test_a_vouched_plan_refuses_negative_or_non_scalar_sizes():
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_edges must be >= 0, got -1"):
+        lib().ngra_vouched_plan(tf.constant(2, tf.int64), tf.constant(2, tf.int64), tf.constant(-1, tf.int64))
+    with pytest.raises(tf.errors.InvalidArgumentError, match=r"num_src must be a scalar"):
+        lib().ngra_vouched_plan(tf.constant([2], tf.int64), tf.constant(2, tf.int64), tf.constant(1, tf.int64))
+
+
 @pytest.mark.parametrize("model", ["gcn", "gat"])
 def test_training_with_plans_equals_training_without(monkeypatch, model):
     """Packed chunks prepared (their plans fed to every fused op and its gradients) or not: the same
