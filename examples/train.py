@@ -292,7 +292,7 @@ def train_once(inputs, seed):
                             verbose=FLAGS.verbose)
         seconds = time.perf_counter() - start
         if model.ring is not None:
-            report_traffic(model.ring, copy_stats(reset=True))
+            report_traffic(model.ring, copy_stats(reset=True, hosts=parallel.processes(model.ring.devices)))
         result = model.evaluate(features, labels, sample_weight=test, verbose=0, return_dict=True)
     except tf.errors.OpError as error:
         lost = lost_worker(error, timer.epoch)

@@ -36,17 +36,22 @@ def copy_d2d(x):
     return _copy("d2d", x)
 
 
-def copy_stats(reset=False):
-    """Bytes moved since the last reset, as {(kind, device): bytes}.
+def copy_stats(reset=False, hosts=("/cpu:0",)):
+    """Bytes moved since the last reset, as {(kind, device): bytes}, summed over the processes of `hosts`.
 
-    kind is "h2d", "d2h" or "d2d"; device is the full TF device name.
+    kind is "h2d", "d2h" or "d2d"; device is the full TF device name. Each
+    process counts the copies its own kernels made: over a TensorFlow
+    cluster, name a CPU device of each worker (the default reads this
+    process's counters).
     """
     lib = library()
     if lib is None:
         return {}
-    with tf.device("/cpu:0"):
-        kinds, devices, counts = lib.ngra_copy_stats(tf.constant(bool(reset)))
     stats = collections.OrderedDict()
-    for kind, device, count in zip(kinds.numpy(), devices.numpy(), counts.numpy()):
-        stats[(kind.decode(), device.decode())] = int(count)
+    for host in hosts:
+        with tf.device(host):
+            kinds, devices, counts = lib.ngra_copy_stats(tf.constant(bool(reset)))
+        for kind, device, count in zip(kinds.numpy(), devices.numpy(), counts.numpy()):
+            key = (kind.decode(), device.decode())
+            stats[key] = stats.get(key, 0) + int(count)
     return stats

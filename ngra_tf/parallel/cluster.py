@@ -189,5 +189,17 @@ def machines(devices) -> list:
     return list(groups.values())
 
 
+def processes(devices) -> list:
+    """A CPU device of this process and of each cluster worker `devices` run in: where each process's own
+    counters (copy_stats) are read."""
+    hosts = ["/cpu:0"]
+    for group in machines(devices):
+        spec = tf.DeviceSpec.from_string(group[0])
+        if spec.job == JOB:
+            hosts.append(tf.DeviceSpec(job=JOB, replica=spec.replica or 0, task=spec.task or 0, device_type="CPU",
+                                       device_index=0).to_string())
+    return hosts
+
+
 __all__ = ["EVERYWHERE", "JOB", "NETWORK_GBPS", "cluster_spec", "connect", "listen_address", "listen_only_on",
-           "lost_worker", "machines", "serve", "wait_for_workers"]
+           "lost_worker", "machines", "processes", "serve", "wait_for_workers"]

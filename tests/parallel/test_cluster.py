@@ -10,6 +10,7 @@ stopped at the end whatever happens.
 import contextlib
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -167,7 +168,10 @@ def test_ring_across_two_workers_equals_one_device(tmp_path):
     expected, _ = _train(tmp_path, "one")
     with _workers(addresses):
         got, stdout = _train(tmp_path, "cluster", f"--cluster={','.join(addresses)}", "--devices=2")
-    assert "/job:worker/replica:0/task:1" in stdout  # the traffic report names both workers' devices
+    # The traffic report names both workers' devices, with what each worker's own copy ops counted.
+    loaded = dict(re.findall(r"(/job:worker/replica:0/task:\d)/device:CPU:0: from the host ([0-9.]+) MiB", stdout))
+    assert sorted(loaded) == ["/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1"], stdout
+    assert all(float(mib) > 0 for mib in loaded.values()), stdout
     for name, values in expected["history"].items():
         np.testing.assert_allclose(got["history"][name], values, rtol=1e-5, atol=1e-5, err_msg=name)
     assert got["test"]["accuracy"] == pytest.approx(expected["test"]["accuracy"], abs=1e-6)
