@@ -237,3 +237,12 @@ def test_a_lost_worker_ends_training_with_one_line_and_the_run_resumes(tmp_path)
     for name, values in expected["history"].items():
         np.testing.assert_allclose(got["history"][name], values[first:], rtol=1e-5, atol=1e-5, err_msg=name)
     assert not backup.exists()
+
+
+def test_the_processes_whose_counters_a_traffic_report_reads():
+    """This process, then one CPU of each worker the devices run in (in their order), none twice."""
+    devices = ["/job:worker/replica:0/task:1/device:GPU:0", "/job:worker/replica:0/task:0/device:GPU:0",
+               "/job:worker/replica:0/task:0/device:GPU:1"]
+    assert parallel.processes(devices) == ["/cpu:0", "/job:worker/replica:0/task:1/device:CPU:0",
+                                           "/job:worker/replica:0/task:0/device:CPU:0"]
+    assert parallel.processes(["/device:CPU:0", "/device:CPU:1"]) == ["/cpu:0"]
