@@ -120,11 +120,12 @@ class BuildTfOps(build_ext):
         for place in {directory, os.path.abspath(package)} if editable else {directory}:
             with open(os.path.join(place, "_ngra_ops.json"), "w") as f:
                 json.dump({"cxx": compiler, "flags": flags}, f, indent=1)
-        if not editable:
-            include = os.path.join(directory, "include", "ops", "kernels")
-            os.makedirs(include, exist_ok=True)
-            for header in glob.glob("ops/kernels/*.h"):
-                shutil.copy(header, include)
+        if not editable:  # the headers generated code compiles against: C++ (kernels) and CUDA (NVRTC)
+            for folder in ("kernels", "cuda"):
+                include = os.path.join(directory, "include", "ops", folder)
+                os.makedirs(include, exist_ok=True)
+                for header in glob.glob(f"ops/{folder}/*.h"):
+                    shutil.copy(header, include)
 
 
 setup(

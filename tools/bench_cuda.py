@@ -28,6 +28,12 @@ G is a random upstream gradient d loss / d out; edge e goes from src(e) to dst(e
     ngra gate_tanh (template)   fused_gather's compiled gate_tanh program (the pass's baseline)
     ngra edge code (interp.)    the same stage as edge code (ops/kernels/edge_code.h), the program
                                 interpreted per edge and feature, over the same schedule
+    ngra edge code (generated)  the same edge code as its generated kernel: the program unrolled at
+                                compile time into straight-line code (FixedCode,
+                                ops/cuda/edge_code_programs.h), over the same schedule
+    ngra edge code (NVRTC)      the same generated kernel as the op runs it: compiled at first use by
+                                NVRTC from ngra_tf.ops.generated.cuda_module (cached on disk) and
+                                loaded from the file; skipped where NVRTC is missing
 
 Workloads:
   (a) NGra §6.1: A is 10,000 x 10,000 at densities 0.01%, 0.1%, 1%, 10%; X is 10,000 x 128 float32;
@@ -263,11 +269,41 @@ def load_library(archs, out, verbose=False, defines=()):
     lib.ngra_bench_create.argtypes = [p, ctypes.c_int, i64, i64, i64, p, p, p, p, p, i64, i64]
     lib.ngra_bench_destroy.argtypes = [p]
     for name in ("ngra_bench_spmm", "ngra_bench_spmm_op", "ngra_bench_spmm_op_cold", "ngra_bench_grad_src",
-                 "ngra_bench_grad_weight", "ngra_bench_gate", "ngra_bench_gate_code"):
+                 "ngra_bench_grad_weight", "ngra_bench_gate", "ngra_bench_gate_code",
+                 "ngra_bench_gate_generated"):
         getattr(lib, name).argtypes = [p, p, p, i64, p]
         getattr(lib, name).restype = ctypes.c_int
+    lib.ngra_bench_gate_module.argtypes = [p, ctypes.c_char_p, p, p, i64, p]
+    lib.ngra_bench_gate_module.restype = ctypes.c_int
     lib.ngra_bench_schedule_counts.argtypes = [p, ctypes.c_int, ctypes.POINTER(i64)]
     return lib
+
+
+def _without_tensorflow(name):
+    """ngra_tf/ops/<name>.py loaded by path: importing ngra_tf would need TensorFlow, which a GPU machine for
+    this benchmark may not have; generated.py and edge_program.py do not."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(f"ngra_{name}", os.path.join(build_cuda.ROOT, "ngra_tf", "ops",
+                                                                               f"{name}.py"))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
+    spec.loader.exec_module(module)
+    return module
+
+
+def gate_module(width, arch):
+    """The gate's generated kernels for `arch`, compiled by NVRTC as the op compiles them (the same module
+    source and cache): the file's path; RuntimeError where NVRTC is missing or fails."""
+    program, generated = _without_tensorflow("edge_program"), _without_tensorflow("generated")
+    f = np.arange(width, dtype=np.int32)
+    code = program.EdgeCode((("load_src", 0, 0, -1), ("load_dst", 1, 0, -1), ("add", 0, 1, -1),
+                             ("tanh", 2, 0, -1), ("load_src", 2, 0, -1), ("mul", 3, 4, -1)), (),
+                            np.stack([f, f, width + f]), 5)
+    path = generated.cuda_kernels_for(code, "float32", "int32", "sum", arch=arch)
+    if not path:
+        raise RuntimeError(generated.cuda_status())
+    return path
 
 
 def scratch_bytes(num_rows, nnz, width, chunk):
@@ -364,10 +400,27 @@ class Case:
         return systems
 
     def _gate_systems(self, torch):
-        return {
+        systems = {
             "ngra gate_tanh (template)": lambda: self._ngra("ngra_bench_gate", self.x2, self.xd, self.out_gate),
             "ngra edge code (interp.)": lambda: self._ngra("ngra_bench_gate_code", self.x2, self.xd, self.out_gate),
+            "ngra edge code (generated)": lambda: self._ngra("ngra_bench_gate_generated", self.x2, self.xd,
+                                                             self.out_gate),
         }
+        try:
+            path = gate_module(self.width, f"sm_{self.cp.cuda.Device().compute_capability}").encode()
+        except RuntimeError as error:
+            self.skipped["gate"]["ngra edge code (NVRTC)"] = str(error)
+            return systems
+
+        def module():
+            status = self.lib.ngra_bench_gate_module(self.handle, path, self.x2.data.ptr, self.xd.data.ptr, self.width,
+                                                     self.out_gate.data.ptr)
+            if status != 0:
+                raise RuntimeError(self.lib.ngra_bench_error().decode())
+            return self.out_gate
+
+        systems["ngra edge code (NVRTC)"] = module
+        return systems
 
     def free_bytes(self):
         """Device memory free to allocate: the driver's, and what CuPy's pool holds unused."""

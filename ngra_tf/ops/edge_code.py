@@ -30,25 +30,16 @@ ops on per-edge tensors, and the gathers reduce them.
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 
 from ngra_tf.graph import Adjacency
 from ngra_tf.graph.adjacency import LoadedAdjacency
 from ngra_tf.ops import generated, reference
+from ngra_tf.ops.edge_program import BINARY, LOADS, MAX_INSTRUCTIONS, OPCODES, UNARY, EdgeCode  # noqa: F401
 from ngra_tf.ops._loader import library
 from ngra_tf.ops.generated import CODE_REDUCES
 from ngra_tf.ops.propagation import graph_plan
-
-# The order of EdgeOpcode in ops/kernels/edge_code.h (tests/ops/test_generated.py checks it).
-LOADS = ("load_src", "load_dst", "load_edge", "load_src_typed")
-UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "reciprocal", "tanh", "sigmoid",
-         "relu", "leaky_relu", "elu", "selu", "softplus", "softsign", "pow_const")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "squared_difference")
-OPCODES = {name: code for code, name in enumerate(LOADS + ("const",) + UNARY + BINARY)}
-MAX_INSTRUCTIONS = 64
 
 _TF_UNARY = {
     "neg": tf.negative, "abs": tf.abs, "square": tf.square, "sqrt": tf.sqrt, "rsqrt": tf.math.rsqrt, "exp": tf.exp,
@@ -58,60 +49,6 @@ _TF_UNARY = {
 }
 _TF_BINARY = {"add": tf.add, "sub": tf.subtract, "mul": tf.multiply, "div": tf.math.truediv, "maximum": tf.maximum,
               "minimum": tf.minimum, "squared_difference": tf.math.squared_difference}
-
-
-@dataclasses.dataclass(frozen=True)
-class EdgeCode:
-    """A compiled element-wise edge stage (see the module doc).
-
-    instructions: (opcode name, a, b, k) per instruction: a load's table row and
-    typed slot stride in a, b; an op's operand registers in a, b; k indexes
-    `constants` (a constant, LeakyRelu's alpha, a power's exponent) or is -1.
-    """
-
-    instructions: tuple
-    constants: tuple
-    tables: np.ndarray  # int32 [num_tables, width]
-    value: int
-    score: int = -1
-
-    @property
-    def width(self) -> int:
-        return int(self.tables.shape[1])
-
-    @property
-    def attention(self) -> bool:
-        return self.score >= 0
-
-    def reads(self, side: str) -> bool:
-        """Whether a load reads `side`: "src" (typed or not), "dst", "edge" or "type"."""
-        kinds = {"src": ("load_src", "load_src_typed"), "dst": ("load_dst",), "edge": ("load_edge",),
-                 "type": ("load_src_typed",)}[side]
-        return any(op in kinds for op, *_ in self.instructions)
-
-    def attrs(self) -> dict:
-        return {"code": [int(v) for op, a, b, k in self.instructions for v in (OPCODES[op], a, b, k)],
-                "value": self.value, "score": self.score}
-
-    def expression(self) -> str:
-        """The message as a formula over S (source rows), D (destination rows), E (edge rows)."""
-        names = []
-        sides = {"load_src": "S", "load_src_typed": "S[type]", "load_dst": "D", "load_edge": "E"}
-        for op, a, b, k in self.instructions:
-            if op in sides:
-                names.append(f"{sides[op]}{a}")
-            elif op == "const":
-                names.append(f"{self.constants[k]:g}")
-            elif op in BINARY:
-                symbol = {"add": "+", "sub": "-", "mul": "*", "div": "/"}.get(op)
-                names.append(f"({names[a]} {symbol} {names[b]})" if symbol else f"{op}({names[a]}, {names[b]})")
-            elif k >= 0:
-                names.append(f"{op}({names[a]}, {self.constants[k]:g})")
-            else:
-                names.append(f"{op}({names[a]})")
-        if self.attention:
-            return f"softmax({names[self.score]}) * {names[self.value]}"
-        return names[self.value]
 
 
 def _adjacency(graph):
@@ -153,6 +90,13 @@ def _operands(code: EdgeCode, x_dst, edge_data, edge_type, dtype):
     return x_dst, edge_data, edge_type
 
 
+def _kernels(code, dtype, index_dtype, reduce) -> dict:
+    """The ops' `kernel` and `cuda_kernel` attributes: the program's generated code for the CPU and for GPUs
+    (paths; empty to interpret)."""
+    return {"kernel": generated.library_for(code, dtype, index_dtype, reduce),
+            "cuda_kernel": generated.cuda_kernels_for(code, dtype, index_dtype, reduce)}
+
+
 def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, edge_type=None, reduce="sum",
                      init=None, return_aux=False):
     """out[v] = reduce over edges e = (u -> v) of the code's message (see the module doc).
@@ -179,12 +123,10 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
     if lib is None:
         out, aux = _reference_gather(adjacency, code, x_src, x_dst, edge_data, edge_type, reduce, init)
     else:
-        kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
         out, aux = lib.ngra_edge_code(
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
             *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, graph_plan(adjacency),
-            reduce=reduce, kernel=kernel,
-            **code.attrs())
+            reduce=reduce, **_kernels(code, dtype, adjacency.index_dtype, reduce), **code.attrs())
     return (out, aux) if return_aux else out
 
 
@@ -209,8 +151,8 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
             tf.zeros([0], dtype) if state is None else state,
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
             *adjacency.tensors(), graph_plan(adjacency)]
-    kernel = generated.library_for(code, dtype, adjacency.index_dtype, reduce)
-    return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, kernel=kernel, **code.attrs())
+    kernels = _kernels(code, dtype, adjacency.index_dtype, reduce)
+    return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, **kernels, **code.attrs())
                  if code.reads(side) else None
                  for side, wrt in (("src", "x_src"), ("dst", "x_dst"), ("edge", "edge_data")))
 

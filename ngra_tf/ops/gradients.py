@@ -91,7 +91,7 @@ def _fused_gather_grad(op, grad, _):
 @tf.RegisterGradient("NgraEdgeCode")
 def _edge_code_grad(op, grad, _):
     reduce = _attr(op, "reduce")
-    attrs = {name: _attr(op, name) for name in ("code", "value", "score", "kernel")}
+    attrs = {name: _attr(op, name) for name in ("code", "value", "score", "kernel", "cuda_kernel")}
     skipped = _skipped(op)
     softmax = reduce == "softmax"
     operands = list(op.inputs)[:11]  # not init

@@ -215,8 +215,10 @@ REGISTER_OP("NgraFusedGatherGrad")
 // fused between Scatter and Gather. The program is the `code` attribute (four
 // ints per instruction); `tables` [num_tables, width] says where each load
 // reads its operand row per message feature. `kernel` names the program's
-// generated library (ops/cc/generated_code.h); empty, or one that does not
-// fit, runs the interpreter, with the same results.
+// generated library (ops/cc/generated_code.h), `cuda_kernel` its generated
+// GPU kernels (NVRTC's CUBIN or PTX: ops/cuda/api.h, GeneratedKernels);
+// empty, or one that does not fit or load, runs the interpreter, with the
+// same results.
 #define NGRA_EDGE_CODE_INPUTS                     \
   Input("x_src: T")                               \
       .Input("x_dst: T")                          \
@@ -236,6 +238,7 @@ REGISTER_OP("NgraFusedGatherGrad")
       .Attr("score: int = -1")                                    \
       .Attr("reduce: {'sum', 'mean', 'max', 'min', 'softmax'}")   \
       .Attr("kernel: string = ''")                                \
+      .Attr("cuda_kernel: string = ''")                           \
       .Attr("T: {float, double}")                                 \
       .Attr("Tindex: {int32, int64}")
 

@@ -222,6 +222,43 @@ std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Ind
 
 // ---- Edge code (ops/kernels/edge_code.h): any element-wise edge stage ----
 
+// ---- Generated edge code on the GPU ----
+//
+// The kernels ngra_tf/ops/generated.py compiles for one program with NVRTC
+// (cuda_module: the program as FixedCode, edge_code_programs.h), loaded once
+// per file by LoadGeneratedKernels (backend_cuda.cuh): one entry per pass,
+// in the order of GeneratedKernel, null where the module has none (the
+// program reads no such operand). A problem that carries them runs them in
+// place of the interpreter, over the same schedules and launches.
+enum GeneratedKernel : int { kGeneratedForward = 0, kGeneratedGradSrc, kGeneratedGradDst, kGeneratedGradEdge,
+                             kNumGeneratedKernels };
+constexpr const char* kGeneratedKernelNames[kNumGeneratedKernels] = {
+    "ngra_edge_code_forward", "ngra_edge_code_grad_src", "ngra_edge_code_grad_dst", "ngra_edge_code_grad_edge"};
+
+struct GeneratedKernels {
+  const void* kernel[kNumGeneratedKernels] = {nullptr, nullptr, nullptr, nullptr};  // cudaKernel_t
+};
+
+// The kernels of a module file (LoadGeneratedKernels in backend_cuda.cuh,
+// for the TF kernels, which are not compiled by nvcc): loaded once per file
+// for the process; an error names the file and what failed.
+std::string LoadGeneratedEdgeCode(const std::string& path, const GeneratedKernels** kernels);
+
+// Which generated kernel runs a body (GeneratedEntry<Body>::kKernel), -1 for
+// the bodies every program shares (combine passes, schedules): specialised in
+// edge_code_launch.h for the bodies that evaluate the program.
+template <typename Body>
+struct GeneratedEntry {
+  static constexpr int kKernel = -1;
+};
+
+// Whether a backend launches generated kernels: GeneratedBackend<B>::Stream
+// is the backend that does, over B (backend_cuda.cuh, for GpuStream).
+template <typename Backend>
+struct GeneratedBackend {
+  static constexpr bool kAvailable = false;
+};
+
 // The validated operands of NgraEdgeCode. program.code and program.tables
 // are on the HOST (the op's code attribute and its host-memory `tables`
 // input; a run copies them to the device); its constants, x_src, x_dst, edge
@@ -238,6 +275,7 @@ struct EdgeCodeProblem {
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
   const T* init = nullptr;  // shaped like out: where the forward starts (may be out), or null
   GraphPlan<Index> plan;    // the graph's prepared schedules, if it has them
+  const GeneratedKernels* generated = nullptr;  // the program's generated kernels (GPU only), or null: interpret
 };
 
 // NgraEdgeCode: out [num_dst, width] ([num_dst, 3 * width] for softmax);

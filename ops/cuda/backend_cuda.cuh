@@ -11,14 +11,15 @@
 #include <cstdint>
 #include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_scan.cuh>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 
 #include "ops/cuda/api.h"
 
 namespace ngra {
 namespace gpu {
-
-constexpr int kThreadsPerBlock = 256;
 
 // The one kernel: thread t runs body(t). Each body type is its own
 // instantiation, so this is as specialised as a hand-written kernel.
@@ -95,6 +96,69 @@ std::string ExclusiveSum(const GpuStream& gpu, const Index* in, Index* out, int6
   if (temp == nullptr && bytes > 0) return "out of device memory for a prefix sum";
   status = cub::DeviceScan::ExclusiveSum(temp, bytes, in, out, n, StreamOf(gpu));
   return status == cudaSuccess ? "" : CudaError("prefix sum", status);
+}
+
+// ---- Generated edge code (api.h: GeneratedKernels) ----
+
+// The kernels of a module file ngra_tf/ops/generated.py compiled with NVRTC
+// (CUBIN or PTX), loaded once per file for the process (a runtime library is
+// loaded into every device's context as it is used) and kept.
+inline std::string LoadGeneratedKernels(const std::string& path, const GeneratedKernels** kernels) {
+  static std::mutex mutex;
+  static std::map<std::string, std::unique_ptr<GeneratedKernels>>* loaded =
+      new std::map<std::string, std::unique_ptr<GeneratedKernels>>();  // never destroyed: kernels outlive ops
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = loaded->find(path);
+  if (found != loaded->end()) {
+    *kernels = found->second.get();
+    return "";
+  }
+  cudaLibrary_t library = nullptr;
+  cudaError_t status = cudaLibraryLoadFromFile(&library, path.c_str(), nullptr, nullptr, 0, nullptr, nullptr, 0);
+  if (status != cudaSuccess) return CudaError(("loading generated edge code from " + path).c_str(), status);
+  auto entry = std::make_unique<GeneratedKernels>();
+  for (int k = 0; k < kNumGeneratedKernels; ++k) {
+    cudaKernel_t kernel = nullptr;
+    if (cudaLibraryGetKernel(&kernel, library, kGeneratedKernelNames[k]) == cudaSuccess) entry->kernel[k] = kernel;
+    cudaGetLastError();  // a pass the program has no kernel for (it reads no such operand) is no error
+  }
+  if (entry->kernel[kGeneratedForward] == nullptr) {
+    cudaLibraryUnload(library);
+    return "generated edge code in " + path + " has no " + kGeneratedKernelNames[kGeneratedForward];
+  }
+  *kernels = entry.get();
+  (*loaded)[path] = std::move(entry);
+  return "";
+}
+
+// GpuStream, launching the bodies that evaluate the program through its
+// generated kernels (GeneratedEntry) and every other body as GpuStream does.
+struct GeneratedStream : GpuStream {
+  GeneratedStream(const GpuStream& gpu, const GeneratedKernels* generated) : GpuStream(gpu), kernels(generated) {}
+  const GeneratedKernels* kernels;
+};
+
+template <>
+struct GeneratedBackend<GpuStream> {
+  static constexpr bool kAvailable = true;
+  using Stream = GeneratedStream;
+};
+
+template <typename Body>
+void Launch(const GeneratedStream& gpu, const Body& body, int64_t threads) {
+  constexpr int k = GeneratedEntry<Body>::kKernel;
+  if constexpr (k < 0) {
+    Launch(static_cast<const GpuStream&>(gpu), body, threads);
+  } else {
+    if (threads <= 0) return;
+    const int64_t blocks = (threads + kThreadsPerBlock - 1) / kThreadsPerBlock;
+    Body arg = body;
+    int64_t count = threads;
+    void* args[] = {&arg, &count};
+    // A missing kernel (null) fails the launch; LastError reports it.
+    cudaLaunchKernel(gpu.kernels->kernel[k], dim3(static_cast<unsigned int>(blocks)), dim3(kThreadsPerBlock), args, 0,
+                     StreamOf(gpu));
+  }
 }
 
 // Makes the stream's device current for the runtime calls of one op and

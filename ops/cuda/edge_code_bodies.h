@@ -3,10 +3,10 @@
 // shuffles, no atomics, every output element written by one thread in a
 // fixed order.
 //
-// A thread runs the program for one (edge, feature) at a time with
-// EvalFeature, its registers in a per-thread array of kMaxInstructions
-// values (local memory on the GPU, L1-resident). The program is the same for
-// every thread, so its opcode switch never diverges within a warp.
+// A thread runs the program for one (edge, feature) at a time through a
+// program policy (edge_code_programs.h): the interpreter, or the program's
+// own straight-line code (generated). Either way the program is the same for
+// every thread, so it never diverges within a warp.
 //
 //  - sum / mean / max / min: CodeMessageTerm, a term of the generic segment
 //    reduction (SegmentReduceBody and CombineBody, with init and split
@@ -29,43 +29,23 @@
 #include <cstdint>
 
 #include "ops/cuda/bodies.h"
+#include "ops/cuda/edge_code_programs.h"
 #include "ops/cuda/schedule.h"
 #include "ops/kernels/edge_code.h"
-#include "ops/kernels/edge_code_walks.h"
 #include "ops/kernels/segments.h"
-
-// The interpreter (EvalFeature, AdjointFeature) is large, and the segment
-// walk calls a term from a loop it unrolls 16-fold: inlined, that takes
-// ptxas many minutes per instantiation. It is called instead, once per edge
-// and feature, which costs little next to the interpretation itself.
-#ifdef __CUDACC__
-#define NGRA_NOINLINE __noinline__
-#else
-#define NGRA_NOINLINE __attribute__((noinline))
-#endif
 
 namespace ngra {
 namespace gpu {
-
-// The program for edge e (u -> v) at feature f: its message, and under
-// softmax *score its score.
-template <typename T>
-NGRA_HOST_DEVICE NGRA_NOINLINE T CodeMessage(const EdgeCode<T>& p, int64_t u, int64_t v, int64_t e, int64_t f,
-                                             T* score = nullptr) {
-  T regs[kMaxInstructions];
-  EvalFeature(p, u, v, e, f, regs);
-  if (score != nullptr) *score = regs[p.score];
-  return regs[p.value];
-}
 
 // ---- Forward: sum / mean / max / min ----
 
 // The message of position k of destination segment s: the program at each
 // feature of the run. Operands are read through tables, so runs are scalar.
-template <typename T, typename Index>
+template <typename Program, typename Index>
 struct CodeMessageTerm {
+  using T = typename Program::Value;
   Segments<Index> seg;  // CSC: s is the destination, Row(k) the source
-  EdgeCode<T> p;        // device pointers
+  Program program;
   static constexpr bool kScalarRuns = true;
 
   struct View {
@@ -78,7 +58,7 @@ struct CodeMessageTerm {
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t) const { return View{true, seg.Edge(k), seg.Row(k), s}; }
   template <int V>
   NGRA_HOST_DEVICE void Run(const View& v, int64_t, int64_t first, T* out) const {
-    for (int i = 0; i < V; ++i) out[i] = CodeMessage(p, v.src, v.dst, v.edge, first + i);
+    for (int i = 0; i < V; ++i) out[i] = program.Message(v.src, v.dst, v.edge, first + i, nullptr);
   }
 };
 
@@ -109,12 +89,13 @@ NGRA_HOST_DEVICE inline void SoftmaxMerge(T& acc, T& sum, T& m, T acc2, T sum2, 
 // 0 of a split segment its state into out, the other chunks theirs into
 // partial rows (as SegmentReduceBody). Chunk 0 starts from init (which may
 // be out) when init is given, else from (0, 0, -inf).
-template <typename T, typename Index>
+template <typename Program, typename Index>
 struct CodeSoftmaxBody {
+  using T = typename Program::Value;
   Segments<Index> seg;
   Schedule<Index> schedule;
   Geometry geo;  // width: the message width
-  EdgeCode<T> p;
+  Program program;
   T* out;          // [num_dst, 3 * width]
   T* partial;      // [max_slots, 3 * width]
   const T* init;   // like out, or null
@@ -143,7 +124,7 @@ NGRA_UNROLL
         const int64_t f = place.feature + j * lanes;
         if (f >= width) continue;
         T z;
-        const T x = CodeMessage(p, u, item.segment, e, f, &z);
+        const T x = program.Message(u, item.segment, e, f, &z);
         SoftmaxStep(acc[j], sum[j], m[j], z, x);
       }
     }
@@ -217,49 +198,51 @@ struct LoadUses {
 // CodeSeed: the whole upstream gradient (sum; mean with 1/degree folded in),
 // only where the edge won (max / min), or through the softmax weight of the
 // edge's score under the finished state.
-template <Seed S, typename T, typename Index>
+template <Seed S, typename Program, typename Index>
 struct CodeAdjoint {
-  EdgeCode<T> p;
+  using T = typename Program::Value;
+  using Adjoints = typename Program::Adjoints;
+  Program program;
   const T* grad;     // [num_dst, width], or [num_dst, 3 * width] for softmax
   const Index* arg;  // kWinner: [num_dst, width]
   const T* state;    // kSoftmax: [num_dst, 3 * width]
 
-  // adj[i]: the adjoint of register i for edge e (u -> v) at feature f;
-  // false (adj untouched) when no gradient reaches the edge there.
-  NGRA_HOST_DEVICE NGRA_NOINLINE bool Run(int64_t u, int64_t v, int64_t e, int64_t f, T* regs, T* adj) const {
-    const int64_t width = p.width;
+  // The adjoints of edge e (u -> v) at feature f into *a; false (a untouched)
+  // when no gradient reaches the edge there.
+  NGRA_HOST_DEVICE bool Run(int64_t u, int64_t v, int64_t e, int64_t f, Adjoints* a) const {
+    const int64_t width = program.p.width;
     if constexpr (S == Seed::kWinner) {
       if (static_cast<int64_t>(arg[v * width + f]) != e) return false;
     }
-    EvalFeature(p, u, v, e, f, regs);
-    for (int i = 0; i < p.num_instructions; ++i) adj[i] = T(0);
     if constexpr (S == Seed::kSoftmax) {
       const T* row = grad + v * 3 * width;
-      const T d_acc = row[f], d_sum = row[width + f];
-      const T w = SoftmaxWeight(regs[p.score], state[v * 3 * width + 2 * width + f]);
-      adj[p.value] += w * d_acc;
-      adj[p.score] += w * (d_acc * regs[p.value] + d_sum);
+      const T d_acc = row[f], d_sum = row[width + f], m = state[v * 3 * width + 2 * width + f];
+      program.Adjoint(u, v, e, f, [&](T x, T z, T* d_x, T* d_z) {
+        const T w = SoftmaxWeight(z, m);
+        *d_x += w * d_acc;
+        *d_z += w * (d_acc * x + d_sum);
+      }, a);
     } else {
-      adj[p.value] = grad[v * width + f];
+      const T d_out = grad[v * width + f];
+      program.Adjoint(u, v, e, f, [&](T, T, T* d_x, T*) { *d_x = d_out; }, a);
     }
-    AdjointFeature(p, regs, adj);
     return true;
   }
 
   // The sum over column c's pairs in `uses` of their loads' adjoints. *at is
-  // the feature whose adjoints adj holds (-1: none yet), *reached whether a
+  // the feature whose adjoints a holds (-1: none yet), *reached whether a
   // gradient reached it; both carry over to the next call for the same edge.
-  NGRA_HOST_DEVICE T Sum(const LoadUses& uses, int64_t c, int64_t u, int64_t v, int64_t e, T* regs, T* adj,
-                         int64_t* at, bool* reached) const {
+  NGRA_HOST_DEVICE T Sum(const LoadUses& uses, int64_t c, int64_t u, int64_t v, int64_t e, Adjoints* a, int64_t* at,
+                         bool* reached) const {
     T total = T(0);
     if (uses.start == nullptr || c < 0 || c >= uses.columns) return total;
     for (int64_t i = uses.start[c], end = uses.start[c + 1]; i < end; ++i) {
       const LoadUse use = uses.uses[i];
       if (use.feature != *at) {
         *at = use.feature;
-        *reached = Run(u, v, e, use.feature, regs, adj);
+        *reached = Run(u, v, e, use.feature, a);
       }
-      if (*reached) total += adj[use.instruction];
+      if (*reached) total += a->Load(use.instruction);
     }
     return total;
   }
@@ -270,10 +253,11 @@ struct CodeAdjoint {
 // term of column c of row s for position k, reduced by SegmentReduceBody
 // with Reduce::kSum. `typed` (x_src only): the typed loads, by table entry;
 // edge e's reads sit type[e] * typed_stride further on.
-template <bool kBySource, Seed S, typename T, typename Index>
+template <bool kBySource, Seed S, typename Program, typename Index>
 struct CodeGradTerm {
+  using T = typename Program::Value;
   Segments<Index> seg;
-  CodeAdjoint<S, T, Index> adjoint;
+  CodeAdjoint<S, Program, Index> adjoint;
   LoadUses plain, typed;
   int64_t typed_stride = 0;
   static constexpr bool kScalarRuns = true;
@@ -287,18 +271,18 @@ struct CodeGradTerm {
   bool Aligned(int64_t) const { return false; }
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t) const {
     const Index e = seg.Edge(k);
-    const int64_t slot = typed.start != nullptr ? static_cast<int64_t>(adjoint.p.type[e]) * typed_stride : 0;
+    const int64_t slot = typed.start != nullptr ? static_cast<int64_t>(adjoint.program.p.type[e]) * typed_stride : 0;
     return kBySource ? View{true, e, s, seg.Row(k), slot} : View{true, e, seg.Row(k), s, slot};
   }
   template <int V>
   NGRA_HOST_DEVICE void Run(const View& v, int64_t, int64_t first, T* out) const {
-    T regs[kMaxInstructions], adj[kMaxInstructions];
+    typename Program::Adjoints a;
     for (int i = 0; i < V; ++i) {
       const int64_t c = first + i;
       int64_t at = -1;
       bool reached = false;
-      T total = adjoint.Sum(plain, c, v.src, v.dst, v.edge, regs, adj, &at, &reached);
-      if (typed.start != nullptr) total += adjoint.Sum(typed, c - v.slot, v.src, v.dst, v.edge, regs, adj, &at, &reached);
+      T total = adjoint.Sum(plain, c, v.src, v.dst, v.edge, &a, &at, &reached);
+      if (typed.start != nullptr) total += adjoint.Sum(typed, c - v.slot, v.src, v.dst, v.edge, &a, &at, &reached);
       out[i] = total;
     }
   }
@@ -307,12 +291,13 @@ struct CodeGradTerm {
 // d/dedge_data: one row per edge, so no reduction. A thread group per work
 // item of the CSC schedule, lanes interleaved over the row's columns; every
 // edge is in exactly one segment, so every element is written once.
-template <Seed S, typename T, typename Index>
+template <Seed S, typename Program, typename Index>
 struct CodeEdgeGradBody {
+  using T = typename Program::Value;
   Segments<Index> csc;
   Schedule<Index> schedule;
   Geometry geo;  // width: edge_width
-  CodeAdjoint<S, T, Index> adjoint;
+  CodeAdjoint<S, Program, Index> adjoint;
   LoadUses uses;
   T* out;  // [num_edges, edge_width]
 
@@ -322,7 +307,7 @@ struct CodeEdgeGradBody {
     const WorkItem<Index> item = schedule.items[place.item];
     const ItemRange<Index> range = RangeOf(csc.indptr, item, schedule.chunk);
     const int64_t lanes = geo.Lanes();
-    T regs[kMaxInstructions], adj[kMaxInstructions];
+    typename Program::Adjoints a;
     for (Index k = range.begin; k < range.end; ++k) {
       const Index e = csc.Edge(k), u = csc.Row(k);
       T* row = out + static_cast<int64_t>(e) * geo.width;
@@ -332,7 +317,7 @@ NGRA_UNROLL
         if (c >= geo.width) continue;
         int64_t at = -1;
         bool reached = false;
-        row[c] = adjoint.Sum(uses, c, u, item.segment, e, regs, adj, &at, &reached);
+        row[c] = adjoint.Sum(uses, c, u, item.segment, e, &a, &at, &reached);
       }
     }
   }
@@ -340,7 +325,5 @@ NGRA_UNROLL
 
 }  // namespace gpu
 }  // namespace ngra
-
-#undef NGRA_NOINLINE
 
 #endif  // NGRA_OPS_CUDA_EDGE_CODE_BODIES_H_

@@ -1,6 +1,7 @@
 // Edge code's argument checks and forward pass (sum, mean, max, min and the
 // online softmax) on CUDA: the explicit GpuStream instantiations of
-// ops/cuda/edge_code_launch.h and validate_impl.h. Compiled by nvcc without
+// ops/cuda/edge_code_launch.h and validate_impl.h, and the loader of
+// generated kernels. Compiled by nvcc without
 // TensorFlow headers; the TF kernels (propagation_kernels_gpu.cc) and the
 // harness link against them.
 #include "ops/cuda/backend_cuda.cuh"
@@ -10,6 +11,10 @@
 
 namespace ngra {
 namespace gpu {
+
+std::string LoadGeneratedEdgeCode(const std::string& path, const GeneratedKernels** kernels) {
+  return LoadGeneratedKernels(path, kernels);
+}
 
 NGRA_GPU_INSTANCES_EDGE_CODE(, GpuStream, float, int32_t)
 NGRA_GPU_INSTANCES_EDGE_CODE(, GpuStream, float, int64_t)

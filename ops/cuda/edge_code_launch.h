@@ -2,12 +2,17 @@
 // RunEdgeCodeGrad), generic over the Backend as launch.h is: the program and
 // its tables go to the device (and, for a gradient, the tables inverted into
 // LoadUses), then the bodies of edge_code_bodies.h run over the schedules of
-// launch.h. Include the backend header first, then this one.
+// launch.h. The entry points interpret the program; RunEdgeCodeWith and
+// RunEdgeCodeGradWith take the program policy (edge_code_programs.h) from
+// `make`, which turns the program on the device into one, so that a
+// program's generated code runs the same walks. Include the backend header
+// first, then this one.
 #ifndef NGRA_OPS_CUDA_EDGE_CODE_LAUNCH_H_
 #define NGRA_OPS_CUDA_EDGE_CODE_LAUNCH_H_
 
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cuda/api.h"
@@ -16,6 +21,32 @@
 
 namespace ngra {
 namespace gpu {
+
+// ---- Which generated kernel runs a body (api.h) ----
+// The bodies that evaluate a generated program, each the instance
+// ngra_tf/ops/generated.py's cuda_module compiles (runs of one feature:
+// edge code reads through tables).
+
+template <Reduce R, typename T, typename Index>
+struct GeneratedEntry<SegmentReduceBody<R, CodeMessageTerm<GeneratedCode<T>, Index>, T, Index, 1>> {
+  static constexpr int kKernel = kGeneratedForward;
+};
+template <typename T, typename Index>
+struct GeneratedEntry<CodeSoftmaxBody<GeneratedCode<T>, Index>> {
+  static constexpr int kKernel = kGeneratedForward;
+};
+template <Seed S, typename T, typename Index>
+struct GeneratedEntry<SegmentReduceBody<Reduce::kSum, CodeGradTerm<true, S, GeneratedCode<T>, Index>, T, Index, 1>> {
+  static constexpr int kKernel = kGeneratedGradSrc;
+};
+template <Seed S, typename T, typename Index>
+struct GeneratedEntry<SegmentReduceBody<Reduce::kSum, CodeGradTerm<false, S, GeneratedCode<T>, Index>, T, Index, 1>> {
+  static constexpr int kKernel = kGeneratedGradDst;
+};
+template <Seed S, typename T, typename Index>
+struct GeneratedEntry<CodeEdgeGradBody<S, GeneratedCode<T>, Index>> {
+  static constexpr int kKernel = kGeneratedGradEdge;
+};
 
 // ---- The program on the device ----
 
@@ -89,17 +120,20 @@ LoadUses UploadUses(const Backend& backend, Scratch<Backend>& scratch, const Hos
 
 // ---- Forward ----
 
-// RunEdgeCode over a prebuilt schedule of problem.csc with the program `p`
-// already on the device (for benchmarks: nothing is copied or synchronised).
-template <typename Backend, typename T, typename Index>
+// RunEdgeCode over a prebuilt schedule of problem.csc with `program` (its
+// operands already on the device: for benchmarks, nothing is copied or
+// synchronised).
+template <typename Backend, typename Program, typename T, typename Index>
 std::string RunEdgeCodeScheduled(const Backend& backend, const EdgeCodeProblem<T, Index>& problem,
-                                 const EdgeCode<T>& p, const Schedule<Index>& schedule, T* out, Index* argedge) {
+                                 const Program& program, const Schedule<Index>& schedule, T* out, Index* argedge) {
+  const EdgeCode<T>& p = program.p;
   if (problem.num_dst == 0 || p.width == 0) return "";
   const Geometry geo = GeometryFor(p.width, 1);
   if (!problem.softmax) {
     return WithReduce(problem.reduce, [&](auto r) {
       return ReduceWalk<decltype(r)::value>(backend, problem.csc, schedule, geo,
-                                            CodeMessageTerm<T, Index>{problem.csc, p}, out, argedge, problem.init);
+                                            CodeMessageTerm<Program, Index>{problem.csc, program}, out, argedge,
+                                            problem.init);
     });
   }
   Scratch<Backend> scratch(backend);
@@ -107,7 +141,8 @@ std::string RunEdgeCodeScheduled(const Backend& backend, const EdgeCodeProblem<T
   NGRA_GPU_RETURN_IF_ERROR(scratch.error());
   const int64_t threads = schedule.max_items * geo.UnitsPerItem() * geo.Lanes();
   NGRA_GPU_RETURN_IF_ERROR(CheckThreads(threads));
-  Launch(backend, CodeSoftmaxBody<T, Index>{problem.csc, schedule, geo, p, out, partial, problem.init}, threads);
+  Launch(backend, CodeSoftmaxBody<Program, Index>{problem.csc, schedule, geo, program, out, partial, problem.init},
+         threads);
   if (schedule.max_split > 0) {
     Launch(backend, CodeSoftmaxCombineBody<T, Index>{schedule, problem.csc.indptr, geo, partial, out},
            schedule.max_split * geo.UnitsPerItem() * geo.Lanes());
@@ -115,9 +150,14 @@ std::string RunEdgeCodeScheduled(const Backend& backend, const EdgeCodeProblem<T
   return LastError(backend);
 }
 
-template <typename Backend, typename T, typename Index>
-std::string RunEdgeCode(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, T* out, Index* argedge,
-                        const WalkConfig& config) {
+template <typename T>
+struct Interpreted {
+  InterpretedCode<T> operator()(const EdgeCode<T>& p) const { return InterpretedCode<T>{p}; }
+};
+
+template <typename Backend, typename T, typename Index, typename Make>
+std::string RunEdgeCodeWith(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, T* out, Index* argedge,
+                            const WalkConfig& config, const Make& make) {
   DeviceScope scope(backend);
   NGRA_GPU_RETURN_IF_ERROR(scope.error());
   if (problem.num_dst == 0 || problem.program.width == 0) return "";
@@ -127,14 +167,40 @@ std::string RunEdgeCode(const Backend& backend, const EdgeCodeProblem<T, Index>&
   Schedule<Index> schedule;
   NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, problem.plan.present() ? &problem.plan.forward : nullptr,
                                         problem.csc, problem.num_edges, config, &schedule));
-  return RunEdgeCodeScheduled(backend, problem, p, schedule, out, argedge);
+  return RunEdgeCodeScheduled(backend, problem, make(p), schedule, out, argedge);
+}
+
+template <typename T>
+struct Generated {
+  GeneratedCode<T> operator()(const EdgeCode<T>& p) const { return GeneratedCode<T>{p}; }
+};
+
+// run(backend, make) with the problem's generated kernels where it has them
+// and the backend launches them, else with the interpreter.
+template <typename Backend, typename T, typename Index, typename Run>
+std::string WithProgram(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, const Run& run) {
+  if constexpr (GeneratedBackend<Backend>::kAvailable) {
+    if (problem.generated != nullptr) {
+      return run(typename GeneratedBackend<Backend>::Stream{backend, problem.generated}, Generated<T>{});
+    }
+  }
+  return run(backend, Interpreted<T>{});
+}
+
+template <typename Backend, typename T, typename Index>
+std::string RunEdgeCode(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, T* out, Index* argedge,
+                        const WalkConfig& config) {
+  return WithProgram(backend, problem, [&](const auto& stream, const auto& make) {
+    return RunEdgeCodeWith(stream, problem, out, argedge, config, make);
+  });
 }
 
 // ---- Gradients ----
 
-template <typename Backend, typename T, typename Index>
-std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, Wrt wrt,
-                            const T* grad, const Index* argedge, const T* state, T* out, const WalkConfig& config) {
+template <typename Backend, typename T, typename Index, typename Make>
+std::string RunEdgeCodeGradWith(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, Wrt wrt,
+                                const T* grad, const Index* argedge, const T* state, T* out,
+                                const WalkConfig& config, const Make& make) {
   DeviceScope scope(backend);
   NGRA_GPU_RETURN_IF_ERROR(scope.error());
   const EdgeCode<T>& host = problem.program;
@@ -177,22 +243,25 @@ std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Ind
                                         &schedule));
   const Geometry geo = GeometryFor(columns, 1);
 
+  const auto program = make(p);
+  using Program = std::decay_t<decltype(program)>;
   auto run = [&](auto seed_tag) -> std::string {
     constexpr Seed S = decltype(seed_tag)::value;
-    const CodeAdjoint<S, T, Index> adjoint{p, g, argedge, state};
+    const CodeAdjoint<S, Program, Index> adjoint{program, g, argedge, state};
     if (side == kLoadSrc) {
-      return ReduceWalk<Reduce::kSum>(backend, walked, schedule, geo,
-                                      CodeGradTerm<true, S, T, Index>{walked, adjoint, plain_d, typed_d, typed_stride},
-                                      out, static_cast<Index*>(nullptr));
+      return ReduceWalk<Reduce::kSum>(
+          backend, walked, schedule, geo,
+          CodeGradTerm<true, S, Program, Index>{walked, adjoint, plain_d, typed_d, typed_stride}, out,
+          static_cast<Index*>(nullptr));
     }
     if (side == kLoadDst) {
       return ReduceWalk<Reduce::kSum>(backend, walked, schedule, geo,
-                                      CodeGradTerm<false, S, T, Index>{walked, adjoint, plain_d, LoadUses{}, 0}, out,
-                                      static_cast<Index*>(nullptr));
+                                      CodeGradTerm<false, S, Program, Index>{walked, adjoint, plain_d, LoadUses{}, 0},
+                                      out, static_cast<Index*>(nullptr));
     }
     const int64_t threads = schedule.max_items * geo.UnitsPerItem() * geo.Lanes();
     NGRA_GPU_RETURN_IF_ERROR(CheckThreads(threads));
-    Launch(backend, CodeEdgeGradBody<S, T, Index>{walked, schedule, geo, adjoint, plain_d, out}, threads);
+    Launch(backend, CodeEdgeGradBody<S, Program, Index>{walked, schedule, geo, adjoint, plain_d, out}, threads);
     return LastError(backend);
   };
   if (problem.softmax) return run(std::integral_constant<Seed, Seed::kSoftmax>{});
@@ -200,6 +269,14 @@ std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Ind
     return run(std::integral_constant<Seed, Seed::kWinner>{});
   }
   return run(std::integral_constant<Seed, Seed::kWhole>{});
+}
+
+template <typename Backend, typename T, typename Index>
+std::string RunEdgeCodeGrad(const Backend& backend, const EdgeCodeProblem<T, Index>& problem, Wrt wrt,
+                            const T* grad, const Index* argedge, const T* state, T* out, const WalkConfig& config) {
+  return WithProgram(backend, problem, [&](const auto& stream, const auto& make) {
+    return RunEdgeCodeGradWith(stream, problem, wrt, grad, argedge, state, out, config, make);
+  });
 }
 
 }  // namespace gpu

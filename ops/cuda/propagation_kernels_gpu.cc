@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "ops/cuda/api.h"
 #include "ops/cuda/validate.h"
 #include "tensorflow/core/framework/op_kernel.h"
@@ -301,10 +302,36 @@ absl::Status ReadEdgeCodeAttrs(OpKernelConstruction* ctx, EdgeCodeAttrs* attrs) 
   return CheckStatus(ParseEdgeCodeAttrs(code, value, score, reduce, attrs));
 }
 
+// The program's generated kernels (the `cuda_kernel` attribute), loaded at
+// the first call; null (the interpreter runs, with the same results) when
+// there are none or they do not load, which is logged once per op.
+class GeneratedCudaKernel {
+ public:
+  absl::Status Read(OpKernelConstruction* ctx) { return ctx->GetAttr("cuda_kernel", &path_); }
+  const GeneratedKernels* Get() {
+    absl::MutexLock lock(&mutex_);
+    if (!tried_ && !path_.empty()) {
+      tried_ = true;
+      const std::string error = LoadGeneratedEdgeCode(path_, &kernels_);
+      if (!error.empty()) LOG(WARNING) << "ngra_tf: " << error << "; the edge-code interpreter runs instead";
+    }
+    return kernels_;
+  }
+
+ private:
+  std::string path_;
+  absl::Mutex mutex_;
+  bool tried_ = false;
+  const GeneratedKernels* kernels_ = nullptr;
+};
+
 template <typename T, typename Index>
 class EdgeCodeGpuOp : public OpKernel {
  public:
-  explicit EdgeCodeGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) { OP_REQUIRES_OK(ctx, ReadEdgeCodeAttrs(ctx, &attrs_)); }
+  explicit EdgeCodeGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
+    OP_REQUIRES_OK(ctx, ReadEdgeCodeAttrs(ctx, &attrs_));
+    OP_REQUIRES_OK(ctx, generated_.Read(ctx));
+  }
 
   void Compute(OpKernelContext* ctx) override {
     OpStream stream(ctx);
@@ -317,12 +344,14 @@ class EdgeCodeGpuOp : public OpKernel {
     Tensor *out = nullptr, *aux = nullptr;
     OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 11, out_shape, attrs_.reduce, &out, &problem.init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(attrs_.reduce) ? out_shape : TensorShape({0}), &aux));
+    problem.generated = generated_.Get();
     OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCode<GpuStream, T, Index>(stream.get(), problem, Data<T>(out),
                                                                    Data<Index>(aux))));
   }
 
  private:
   EdgeCodeAttrs attrs_;
+  GeneratedCudaKernel generated_;
 };
 
 template <typename T, typename Index>
@@ -331,6 +360,7 @@ class EdgeCodeGradGpuOp : public OpKernel {
   explicit EdgeCodeGradGpuOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, ReadEdgeCodeAttrs(ctx, &attrs_));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+    OP_REQUIRES_OK(ctx, generated_.Read(ctx));
   }
 
   void Compute(OpKernelContext* ctx) override {
@@ -348,6 +378,7 @@ class EdgeCodeGradGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(wrt_input).shape(), &out));
     const Index* arg = IsExtreme(attrs_.reduce) ? Data<Index>(aux) : nullptr;
     const T* finished = attrs_.softmax() ? Data<T>(state) : nullptr;
+    problem.generated = generated_.Get();
     OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCodeGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad), arg,
                                                                        finished, Data<T>(out))));
   }
@@ -355,6 +386,7 @@ class EdgeCodeGradGpuOp : public OpKernel {
  private:
   EdgeCodeAttrs attrs_;
   std::string wrt_;
+  GeneratedCudaKernel generated_;
 };
 
 // ---- NgraPrepareGraph ----

@@ -106,6 +106,8 @@ Schedule<Index> ScheduleAt(Index* words, int64_t num_segments, int64_t num_posit
 #define NGRA_GPU_PER_LANE 4
 #endif
 constexpr int kPerLane = NGRA_GPU_PER_LANE;  // features per lane per tile: registers of accumulators
+// Threads per block of every launch: the nvcc-built kernels' (backend_cuda.cuh) and generated ones'.
+constexpr int kThreadsPerBlock = 256;
 constexpr int kMaxLanes = 32;
 
 struct Geometry {

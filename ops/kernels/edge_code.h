@@ -32,7 +32,7 @@
 
 namespace ngra {
 
-// Opcodes, in the order of OPCODES in ngra_tf/ops/edge_code.py (tests/ops/test_generated.py
+// Opcodes, in the order of OPCODES in ngra_tf/ops/edge_program.py (tests/ops/test_generated.py
 // checks the two against each other; generated code names these enumerators).
 enum EdgeOpcode : int32_t {
   // Loads: a = table row, b = slot stride (typed source loads), k unused.
@@ -77,8 +77,8 @@ constexpr int kFirstBinary = kAdd;
 constexpr int kInstructionInts = 4;  // op, a, b, k
 constexpr int kMaxInstructions = 64;
 
-NGRA_HOST_DEVICE inline bool IsLoad(int op) { return op >= kLoadSrc && op <= kLoadSrcTyped; }
-NGRA_HOST_DEVICE inline bool IsBinary(int op) { return op >= kFirstBinary && op < kNumOpcodes; }
+NGRA_HOST_DEVICE constexpr bool IsLoad(int op) { return op >= kLoadSrc && op <= kLoadSrcTyped; }
+NGRA_HOST_DEVICE constexpr bool IsBinary(int op) { return op >= kFirstBinary && op < kNumOpcodes; }
 
 // ---- Scalar math for both sides ----
 
@@ -294,6 +294,13 @@ NGRA_HOST_DEVICE inline void AdjointFeature(const EdgeCode<T>& p, const T* regs,
     if (IsBinary(op)) adj[ins[2]] += gb;
   }
 }
+
+// ---- Gradients: what seeds the adjoint of an edge's message ----
+
+// kWhole: the whole upstream gradient (sum; mean with 1/degree folded in);
+// kWinner: only where the edge won (max / min); kSoftmax: through the softmax
+// weight of the edge's score under the finished state.
+enum class Seed { kWhole, kWinner, kSoftmax };
 
 // ---- Online softmax state (the `softmax` reduction) ----
 //

@@ -150,8 +150,6 @@ inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count
 // [num_dst, width] (sum, mean with 1/degree folded in; max / min with the
 // winners in `arg`), or [num_dst, 3 * width] d (the softmax state) with the
 // finished state in `state`.
-enum class Seed { kWhole, kWinner, kSoftmax };
-
 template <Seed S, typename T, typename Index>
 struct CodeSeed {
   const T* grad;

@@ -22,6 +22,7 @@ namespace ngra {
 // below, which GCC vectorises inside the kernels' feature loops (std::expf is
 // one libm call per element: the G-GCN gate kernels ran 10x slower with it).
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles device code only)
 // e^x for float in plain arithmetic (Cephes expf: e^x = 2^n e^r, |r| <= ln2/2,
 // degree-6 polynomial; within 2 ulp of std::exp). It overflows to inf where
 // std::exp does (past 88.7228; 2^128 is applied as 2^127 * 2), gives 0 below
@@ -62,6 +63,7 @@ __attribute__((always_inline)) inline float HostTanhFloat(float x) {
   const float big = 1.0f - 2.0f / (HostExpFloat(2.0f * a) + 1.0f);
   return a < 0.625f ? small : (x < 0.0f ? -big : big);
 }
+#endif  // __CUDACC_RTC__
 
 template <typename T>
 NGRA_HOST_DEVICE inline T MathExp(T x) {

@@ -78,6 +78,7 @@ NGRA_HOST_DEVICE auto EdgeWeight(const Operands<T>& in, int64_t e) {
   }
 }
 
+#ifndef __CUDACC_RTC__  // the CPU walks (NVRTC compiles device code only)
 // ---- The segment walk shared by the forward pass and the gradients ----
 //
 // Vertex-parallel and edge-sequential: a segment's output tile stays in
@@ -446,6 +447,8 @@ template <typename T, typename Index>
 NGRA_HOST_DEVICE inline void InitGrad(const T* grad, const Index* arg, int64_t begin, int64_t end, T* out) {
   for (int64_t i = begin; i < end; ++i) out[i] = arg[i] < 0 ? grad[i] : T(0);
 }
+
+#endif  // __CUDACC_RTC__
 
 }  // namespace ngra
 

@@ -32,6 +32,7 @@ struct Segments {
   NGRA_HOST_DEVICE Index Edge(Index k) const { return edge_ids ? edge_ids[k] : k; }
 };
 
+#ifndef __CUDACC_RTC__  // host code (NVRTC compiles device code only)
 // Splits [0, num_segments) into at most `max_blocks` contiguous blocks of
 // about equal cost, where a segment costs its degree plus one (its output
 // row). Threads are balanced by edge count, not vertex count, so a block
@@ -80,6 +81,7 @@ void ForEachBlock(const std::vector<int64_t>& bounds, Parallel&& parallel, Fn&& 
     for (int64_t b = first; b < last; ++b) fn(bounds[b], bounds[b + 1]);
   });
 }
+#endif  // __CUDACC_RTC__
 
 }  // namespace ngra
 

@@ -22,7 +22,15 @@
 // the forward's schedule:
 //   ngra_bench_gate:      the fused gather's gate_tanh template (compiled);
 //   ngra_bench_gate_code: the same stage as edge code (interpreted), its
-//                         program copied to the device once per width.
+//                         program copied to the device once per width;
+//   ngra_bench_gate_generated: the same edge code as its generated kernel
+//                         (FixedCode: the program unrolled at compile time,
+//                         as ngra_tf.ops.generated.cuda_program writes it),
+//                         built into this library by nvcc;
+//   ngra_bench_gate_module: the same, as the op runs it: the kernels NVRTC
+//                         compiled from ngra_tf.ops.generated.cuda_module,
+//                         loaded from the file `path` (once per path).
+// ngra_bench_gate_module takes (handle, path, x2, xd, width, out).
 // Everything runs on the stream given to ngra_bench_create. Functions return
 // 0 on success; ngra_bench_error() says what failed.
 #include <cuda_runtime.h>
@@ -126,9 +134,15 @@ Operands<float> OperandsOf(const float* x, const float* weight, int64_t width) {
 }
 
 // tanh(a[f] + b[f]) * c[f], with x_src rows [a | c] and x_dst rows b.
-constexpr int32_t kGateCode[] = {ngra::kLoadSrc, 0, 0, -1, ngra::kLoadDst, 1, 0, -1, ngra::kAdd,  0, 1, -1,
-                                 ngra::kTanh,    2, 0, -1, ngra::kLoadSrc, 2, 0, -1, ngra::kMul,  3, 4, -1};
-constexpr int kGateInstructions = sizeof(kGateCode) / sizeof(kGateCode[0]) / ngra::kInstructionInts;
+struct GateCode {
+  static constexpr int32_t kCode[] = {ngra::kLoadSrc, 0, 0, -1, ngra::kLoadDst, 1, 0, -1, ngra::kAdd, 0, 1, -1,
+                                      ngra::kTanh,    2, 0, -1, ngra::kLoadSrc, 2, 0, -1, ngra::kMul, 3, 4, -1};
+  static constexpr int kInstructions = sizeof(kCode) / sizeof(kCode[0]) / ngra::kInstructionInts;
+  static constexpr int kValue = kInstructions - 1;
+  static constexpr int kScore = -1;
+};
+constexpr const int32_t* kGateCode = GateCode::kCode;
+constexpr int kGateInstructions = GateCode::kInstructions;
 
 // The gate program for `width` on the device (copied once per width).
 std::string GateProgram(Bench* b, int64_t width) {
@@ -141,9 +155,9 @@ std::string GateProgram(Bench* b, int64_t width) {
   if (b->gate_code != nullptr) cudaFree(b->gate_code);
   if (b->gate_tables != nullptr) cudaFree(b->gate_tables);
   b->gate_code = b->gate_tables = nullptr;
-  cudaError_t status = cudaMalloc(&b->gate_code, sizeof(kGateCode));
+  cudaError_t status = cudaMalloc(&b->gate_code, sizeof(GateCode::kCode));
   if (status == cudaSuccess) status = cudaMalloc(&b->gate_tables, tables.size() * sizeof(int32_t));
-  if (status == cudaSuccess) status = cudaMemcpy(b->gate_code, kGateCode, sizeof(kGateCode), cudaMemcpyHostToDevice);
+  if (status == cudaSuccess) status = cudaMemcpy(b->gate_code, kGateCode, sizeof(GateCode::kCode), cudaMemcpyHostToDevice);
   if (status == cudaSuccess) {
     status = cudaMemcpy(b->gate_tables, tables.data(), tables.size() * sizeof(int32_t), cudaMemcpyHostToDevice);
   }
@@ -182,6 +196,37 @@ int SpmmOp(void* handle, const float* x, const float* weight, int64_t width, flo
                                         ngra::gpu::WalkConfig{b->chunk});
     }
     return error;
+  });
+}
+
+const GpuStream& BenchStream(const Bench* b) { return b->gpu; }
+
+// The same as edge code over the same schedule, with the program policy `make`
+// gives, on the backend backend_of(bench) gives.
+template <typename Make, typename BackendOf>
+int GateAsEdgeCode(void* handle, const float* x2, const float* xd, int64_t width, float* out, const Make& make,
+                   const BackendOf& backend_of) {
+  return Call(handle, [&](Bench* b) {
+    std::string error = GateProgram(b, width);
+    if (!error.empty()) return error;
+    ngra::gpu::EdgeCodeProblem<float, int32_t> problem;
+    problem.reduce = Reduce::kSum;
+    problem.csc = b->csc;
+    problem.num_dst = b->csc.num_segments;
+    problem.num_src = b->num_src;
+    problem.num_edges = b->num_edges;
+    ngra::EdgeCode<float> p;
+    p.code = b->gate_code;
+    p.num_instructions = kGateInstructions;
+    p.tables = b->gate_tables;
+    p.width = width;
+    p.value = GateCode::kValue;
+    p.x_src = x2;
+    p.src_width = 2 * width;
+    p.x_dst = xd;
+    p.dst_width = width;
+    return ngra::gpu::RunEdgeCodeScheduled(backend_of(b), problem, make(p), b->plan.forward, out,
+                                           static_cast<int32_t*>(nullptr));
   });
 }
 
@@ -303,29 +348,26 @@ int ngra_bench_gate(void* handle, const float* x2, const float* xd, int64_t widt
   });
 }
 
-// The same as edge code: the interpreted program over the same schedule.
 int ngra_bench_gate_code(void* handle, const float* x2, const float* xd, int64_t width, float* out) {
-  return Call(handle, [&](Bench* b) {
-    std::string error = GateProgram(b, width);
-    if (!error.empty()) return error;
-    ngra::gpu::EdgeCodeProblem<float, int32_t> problem;
-    problem.reduce = Reduce::kSum;
-    problem.csc = b->csc;
-    problem.num_dst = b->csc.num_segments;
-    problem.num_src = b->num_src;
-    problem.num_edges = b->num_edges;
-    ngra::EdgeCode<float> p;
-    p.code = b->gate_code;
-    p.num_instructions = kGateInstructions;
-    p.tables = b->gate_tables;
-    p.width = width;
-    p.value = kGateInstructions - 1;
-    p.x_src = x2;
-    p.src_width = 2 * width;
-    p.x_dst = xd;
-    p.dst_width = width;
-    return ngra::gpu::RunEdgeCodeScheduled(b->gpu, problem, p, b->plan.forward, out, static_cast<int32_t*>(nullptr));
-  });
+  return GateAsEdgeCode(handle, x2, xd, width, out, ngra::gpu::Interpreted<float>{}, BenchStream);
+}
+
+int ngra_bench_gate_generated(void* handle, const float* x2, const float* xd, int64_t width, float* out) {
+  return GateAsEdgeCode(
+      handle, x2, xd, width, out,
+      [](const ngra::EdgeCode<float>& p) { return ngra::gpu::FixedCode<GateCode, float>{p}; }, BenchStream);
+}
+
+int ngra_bench_gate_module(void* handle, const char* path, const float* x2, const float* xd, int64_t width,
+                           float* out) {
+  const ngra::gpu::GeneratedKernels* kernels = nullptr;
+  const std::string error = ngra::gpu::LoadGeneratedKernels(path, &kernels);
+  if (!error.empty()) {
+    g_error = error;
+    return 1;
+  }
+  return GateAsEdgeCode(handle, x2, xd, width, out, ngra::gpu::Generated<float>{},
+                        [&](const Bench* b) { return ngra::gpu::GeneratedStream(b->gpu, kernels); });
 }
 
 // A schedule's totals {items, split segments, partial rows}, for the report:

@@ -32,9 +32,11 @@
 #include <map>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "ops/cuda/api.h"
+#include "ops/cuda/edge_code_launch.h"
 #include "ops/cuda/validate.h"
 #include "ops/kernels/edge_code_walks.h"
 #include "ops/tests/harness_check.h"
@@ -477,8 +479,31 @@ struct CodeSetting {
     return error;
   }
 
-  // One program with reduce r: forward, forward from init, and the gradients.
-  void Case(const RandomCode& c, int r, const std::string& base, uint64_t seed) {
+  // The entry points with the interpreter (on a GPU, the nvcc-built instances
+  // linked in), or with another program policy (instantiated here: the
+  // emulated half only, as this file is host C++).
+  template <typename Make>
+  std::string Forward(const gpu::EdgeCodeProblem<T, Index>& problem, T* out, Index* arg, const Make& make) {
+    if constexpr (std::is_same_v<Make, gpu::Interpreted<T>>) {
+      return gpu::RunEdgeCode(rt.backend(), problem, out, arg, config);
+    } else {
+      return gpu::RunEdgeCodeWith(rt.backend(), problem, out, arg, config, make);
+    }
+  }
+  template <typename Make>
+  std::string Grad(const gpu::EdgeCodeProblem<T, Index>& problem, gpu::Wrt which, const T* grad, const Index* arg,
+                   const T* state, T* out, const Make& make) {
+    if constexpr (std::is_same_v<Make, gpu::Interpreted<T>>) {
+      return gpu::RunEdgeCodeGrad(rt.backend(), problem, which, grad, arg, state, out, config);
+    } else {
+      return gpu::RunEdgeCodeGradWith(rt.backend(), problem, which, grad, arg, state, out, config, make);
+    }
+  }
+
+  // One program with reduce r: forward, forward from init, and the gradients,
+  // with the program policy `make` gives (edge_code_programs.h).
+  template <typename Make = gpu::Interpreted<T>>
+  void Case(const RandomCode& c, int r, const std::string& base, uint64_t seed, const Make& make = Make{}) {
     const std::string name = base + " " + kCodeReduceNames[r];
     if (!Selected(name)) return;
     const size_t mark = rt.Mark();
@@ -513,7 +538,7 @@ struct CodeSetting {
         Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
         gpu::EdgeCodeProblem<T, Index> at = other_path ? OtherPath(problem) : problem;
         at.init = with_init ? o : nullptr;
-        std::string e = gpu::RunEdgeCode(rt.backend(), at, o, a, config);
+        std::string e = Forward(at, o, a, make);
         if (e.empty()) e = rt.Sync();
         *got = rt.Get(o, n);
         if (extreme) got_arg = rt.Get(a, n);
@@ -558,8 +583,7 @@ struct CodeSetting {
       const int64_t columns = side == kLoadSrc ? c.src_width : side == kLoadDst ? c.dst_width : c.edge_width;
       auto grad = [&](std::vector<T>* got, bool other_path) {
         T* o = rt.template Garbage<T>(static_cast<int64_t>(want.size()));
-        std::string e2 = gpu::RunEdgeCodeGrad(rt.backend(), other_path ? OtherPath(gp) : gp, which, grad_d, arg_d,
-                                              state_d, o, config);
+        std::string e2 = Grad(other_path ? OtherPath(gp) : gp, which, grad_d, arg_d, state_d, o, make);
         if (e2.empty()) e2 = rt.Sync();
         *got = rt.Get(o, static_cast<int64_t>(want.size()));
         return e2;

@@ -18,6 +18,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import bench_cuda  # noqa: E402
 import build_cuda  # noqa: E402
+from ngra_tf.ops import generated  # noqa: E402
 
 
 def check_csr(indptr, indices, n):
@@ -183,7 +184,7 @@ class FakeDevice:
                 pass
 
         self.cuda = types.SimpleNamespace(
-            get_current_stream=lambda: types.SimpleNamespace(ptr=0), Device=lambda *a: types.SimpleNamespace(id=0),
+            get_current_stream=lambda: types.SimpleNamespace(ptr=0), Device=lambda *a: types.SimpleNamespace(id=0, compute_capability="90"),
             Event=Event, get_elapsed_time=lambda a, b: 1.5,
             runtime=types.SimpleNamespace(memGetInfo=lambda: (free_bytes, 2 * free_bytes)))
         self.get_default_memory_pool = lambda: types.SimpleNamespace(free_bytes=lambda: 0)
@@ -252,7 +253,12 @@ class FakeLibrary:
         np.add.at(out_array, dst, messages)
         return 0
 
-    ngra_bench_gate_code = ngra_bench_gate
+    ngra_bench_gate_code = ngra_bench_gate_generated = ngra_bench_gate
+
+    def ngra_bench_gate_module(self, handle, path, x2, xd, width, out):
+        with open(path, "rb") as f:  # NVRTC's CUBIN for sm_90, as the op would load it
+            assert f.read(4) == b"\x7fELF"
+        return self.ngra_bench_gate(handle, x2, xd, width, out)
 
     def ngra_bench_schedule_counts(self, handle, csr, counts):
         counts[0], counts[1], counts[2] = (8, 0, 0) if csr else (7, 1, 2)
@@ -282,7 +288,12 @@ def test_case_orchestration(fake_cupyx, capsys):
                                                  "ngra fused_gather (op, no plan)", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dx"]["systems"]) == {"ngra fused_gather_grad", "cuSPARSE SpMM (CuPy)"}
     assert set(passes["dweight"]["systems"]) == {"ngra fused_gather_grad", "gather + sum (CuPy)"}
-    assert set(passes["gate"]["systems"]) == {"ngra gate_tanh (template)", "ngra edge code (interp.)"}
+    nvrtc = "ngra edge code (NVRTC)"
+    gate = {"ngra gate_tanh (template)", "ngra edge code (interp.)", "ngra edge code (generated)"}
+    if isinstance(generated.nvrtc(), str):
+        assert set(passes["gate"]["systems"]) == gate and nvrtc in passes["gate"]["skipped"]
+    else:  # the gate compiled by NVRTC here (no GPU needed), the CUBIN handed to the library
+        assert set(passes["gate"]["systems"]) == gate | {nvrtc}
     assert passes["gate"]["baseline"] == "ngra gate_tanh (template)"
     assert passes["gate"]["systems"]["ngra edge code (interp.)"]["ratio"] == 1.0
     assert passes["gate"]["bytes"] == bench_cuda.gate_traffic_bytes(300, 3000, 16)["total"]
@@ -307,7 +318,8 @@ def test_case_skips_a_gather_that_does_not_fit(fake_cupyx, capsys):
 
 @pytest.mark.parametrize("entry, passes, match", [
     ("ngra_bench_grad_weight", "dweight", "d/dweight.*ngra fused_gather_grad"),
-    ("ngra_bench_gate_code", "gate", "G-GCN gate.*ngra edge code"),
+    ("ngra_bench_gate_code", "gate", r"G-GCN gate.*ngra edge code \(interp\.\)"),
+    ("ngra_bench_gate_generated", "gate", r"G-GCN gate.*ngra edge code \(generated\)"),
 ])
 def test_case_check_catches_a_wrong_result(fake_cupyx, entry, passes, match):
     device = FakeDevice()
