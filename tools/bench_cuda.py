@@ -279,28 +279,13 @@ def load_library(archs, out, verbose=False, defines=()):
     return lib
 
 
-def _without_tensorflow(name):
-    """ngra_tf/ops/<name>.py loaded by path: importing ngra_tf would need TensorFlow, which a GPU machine for
-    this benchmark may not have; generated.py and edge_program.py do not."""
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location(f"ngra_{name}", os.path.join(build_cuda.ROOT, "ngra_tf", "ops",
-                                                                               f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is made
-    spec.loader.exec_module(module)
-    return module
-
-
 def gate_module(width, arch):
     """The gate's generated kernels for `arch`, compiled by NVRTC as the op compiles them (the same module
     source and cache): the file's path; RuntimeError where NVRTC is missing or fails."""
-    program, generated = _without_tensorflow("edge_program"), _without_tensorflow("generated")
-    f = np.arange(width, dtype=np.int32)
-    code = program.EdgeCode((("load_src", 0, 0, -1), ("load_dst", 1, 0, -1), ("add", 0, 1, -1),
-                             ("tanh", 2, 0, -1), ("load_src", 2, 0, -1), ("mul", 3, 4, -1)), (),
-                            np.stack([f, f, width + f]), 5)
-    path = generated.cuda_kernels_for(code, "float32", "int32", "sum", arch=arch)
+    import generated_cases  # noqa: PLC0415  (beside this file; loads ngra_tf's TF-free modules)
+
+    generated = generated_cases.generated
+    path = generated.cuda_kernels_for(generated_cases.gate(width), "float32", "int32", "sum", arch=arch)
     if not path:
         raise RuntimeError(generated.cuda_status())
     return path

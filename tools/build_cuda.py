@@ -7,6 +7,7 @@ source or header under ops/ is newer, or the flags changed.
 
     python tools/build_cuda.py --harness            # build/cuda/cuda_harness
     python tools/build_cuda.py --bench-lib          # build/cuda/libngra_bench.so
+    python tools/build_cuda.py --generated-check    # build/cuda/generated_code_check (+ its case file)
     python tools/build_cuda.py --objects --arch 80 --arch 90
 
 Architectures: NGRA_TF_CUDA_ARCHS="80;90" (or --arch); each gets SASS, and the
@@ -28,6 +29,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 KERNEL_SOURCES = sorted(glob.glob(os.path.join(ROOT, "ops", "cuda", "*.cu.cc")))
 HARNESS = os.path.join(ROOT, "ops", "tests", "cuda_harness.cu")
 BENCH = os.path.join(ROOT, "ops", "tests", "cuda_bench.cu")
+GENERATED_CHECK = os.path.join(ROOT, "ops", "tests", "generated_code_check.cc")
 DEFAULT_ARCHS = ("80", "90")
 
 
@@ -196,6 +198,43 @@ def build_bench_lib(archs, out, nvcc=None, verbose=False, defines=()) -> str:
     return target
 
 
+def _generated_check_flags(cases, opt) -> list[str]:
+    return ["-std=c++17", opt, "-I", ROOT, f'-DNGRA_GENERATED_CASES="{os.path.abspath(cases)}"']
+
+
+def _cases_key(cases) -> str:
+    with open(cases, "rb") as f:
+        return hashlib.sha1(f.read()).hexdigest()[:10]
+
+
+def build_generated_check_without_nvcc(out, cases, compiler="g++", verbose=False) -> str:
+    """ops/tests/generated_code_check.cc's emulated half for the case file `cases` (tools/generated_cases.py)."""
+    os.makedirs(out, exist_ok=True)
+    target = os.path.join(out, "generated_code_check_host")
+    # -O0: a third of -O1's compile time, and its checks still run in half a second.
+    flags = _generated_check_flags(cases, "-O0") + ["-pthread", "-x", "c++"]
+    key = " ".join(flags) + " " + _cases_key(cases)
+    if not _up_to_date(target, key):
+        _run([compiler, *flags, GENERATED_CHECK, "-o", target], target, key, verbose)
+    return target
+
+
+def build_generated_check(archs, out, cases, nvcc=None, verbose=False) -> str:
+    """The same with its GPU half: compiled as CUDA, since each case's generated kernels are device code of its
+    own (FixedCode), as NVRTC would build them for the op."""
+    nvcc = nvcc or find_nvcc()
+    if nvcc is None:
+        raise RuntimeError("nvcc not found")
+    os.makedirs(out, exist_ok=True)
+    target = os.path.join(out, "generated_code_check")
+    flags = [*_generated_check_flags(cases, "-O1"), "-x", "cu", "--expt-relaxed-constexpr", "-DNGRA_HARNESS_GPU=1",
+             *gencode_flags(archs)]
+    key = " ".join(flags) + " " + _cases_key(cases)
+    if not _up_to_date(target, key):
+        _run([nvcc, *flags, GENERATED_CHECK, "-o", target, "-Xcompiler", "-pthread"], target, key, verbose)
+    return target
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--arch", action="append", help="compute capability, e.g. 90 (repeatable)")
@@ -203,6 +242,9 @@ def main(argv=None):
     parser.add_argument("--objects", action="store_true", help="the kernel objects of the op library")
     parser.add_argument("--harness", action="store_true", help="ops/tests/cuda_harness.cu")
     parser.add_argument("--bench-lib", action="store_true", help="ops/tests/cuda_bench.cu as a shared library")
+    parser.add_argument("--generated-check", action="store_true",
+                        help="ops/tests/generated_code_check.cc for GPU and emulation, with the case file "
+                             "tools/generated_cases.py writes beside it (generated_cases.inc)")
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     archs = args.arch or archs_from_env()
@@ -210,7 +252,7 @@ def main(argv=None):
     if nvcc is None:
         print("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)", file=sys.stderr)
         return 1
-    if not (args.objects or args.harness or args.bench_lib):
+    if not (args.objects or args.harness or args.bench_lib or args.generated_check):
         args.objects = args.harness = args.bench_lib = True
     try:
         if args.objects:
@@ -220,6 +262,16 @@ def main(argv=None):
             print(build_harness(archs, args.out, nvcc, verbose=args.verbose))
         if args.bench_lib:
             print(build_bench_lib(archs, args.out, nvcc, verbose=args.verbose))
+        if args.generated_check:
+            import generated_cases  # noqa: PLC0415  (beside this file; loads ngra_tf's TF-free modules)
+
+            os.makedirs(args.out, exist_ok=True)
+            cases = os.path.join(args.out, "generated_cases.inc")
+            text = generated_cases.cases(range(6), gates=(4, 16))
+            if not os.path.exists(cases) or open(cases).read() != text:  # a rewrite would force a rebuild
+                with open(cases, "w") as f:
+                    f.write(text)
+            print(build_generated_check(archs, args.out, cases, nvcc, verbose=args.verbose))
     except RuntimeError as error:
         print(error, file=sys.stderr)
         return 1

@@ -6,7 +6,10 @@
 #
 # Steps, in this order: build (harness + bench library for sm_$NGRA_TF_CUDA_ARCHS,
 # default 90; skipped when build/cuda/cuda_harness is there), quick (harness
-# --mode=gpu --quick), bench (tools/bench_cuda.py $BENCH_ARGS), full (the whole
+# --mode=gpu --quick, then build/cuda/generated_code_check where it was built:
+# generated edge code on the GPU against the CPU walks; its nvcc build takes ~7
+# minutes, one thread, so build it here with tools/build_cuda.py
+# --generated-check and carry it), bench (tools/bench_cuda.py $BENCH_ARGS), full (the whole
 # harness: the goal is 3 minutes), memcheck and racecheck (compute-sanitizer over
 # the quick set narrowed by $MEMCHECK_FILTER / $RACECHECK_FILTER). OUT_DIR gets
 # one log per step and summary.txt (device, rc and seconds per step): eight
@@ -54,12 +57,14 @@ step() {
 
 export NGRA_TF_CUDA_ARCHS=$arch PYTHONUNBUFFERED=1
 if [ "${CARRIED:-0}" = 1 ]; then  # binaries built on another machine from this very tree
-  for f in build/cuda/cuda_harness build/cuda/libngra_bench.so; do
+  for f in build/cuda/cuda_harness build/cuda/libngra_bench.so build/cuda/generated_code_check; do
     [ -f "$f.flags" ] && sed -i "s|-I [^ ]* |-I $PWD |" "$f.flags" && touch "$f"
   done
 fi
 [ -x build/cuda/cuda_harness ] || step build 240 python3 tools/build_cuda.py --harness --bench-lib
-step quick 150 build/cuda/cuda_harness --mode=gpu --quick
+# shellcheck disable=SC2016
+step quick 210 sh -c 'build/cuda/cuda_harness --mode=gpu --quick; rc=$?
+  if [ -x build/cuda/generated_code_check ]; then build/cuda/generated_code_check || rc=1; fi; exit $rc'
 # shellcheck disable=SC2086
 step bench 240 python3 tools/bench_cuda.py $bench_args --arch "$arch" --json="$out/bench.json"
 step full 180 build/cuda/cuda_harness --mode=gpu

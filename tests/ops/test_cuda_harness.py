@@ -86,3 +86,23 @@ def test_bad_usage_is_refused(harness):
     binary, _ = harness
     code, _, _ = run(binary, "--mode=nonsense")
     assert code == 2
+
+
+@pytest.mark.slow
+def test_generated_check_builds_with_nvcc_and_runs_where_there_is_a_gpu(tmp_path):
+    """ops/tests/generated_code_check.cc as CUDA (tools/build_cuda.py --generated-check, here with the gate
+    alone: the full case file takes nvcc ~7 minutes): each case's generated kernels compile for the device; on
+    a GPU they equal the CPU walks, elsewhere the binary says there is no device."""
+    if build_cuda.find_nvcc() is None:
+        pytest.skip("nvcc not found")
+    import generated_cases  # noqa: PLC0415  (tools/, on sys.path above)
+
+    cases = tmp_path / "cases.inc"
+    cases.write_text(generated_cases.cases([], gates=(4,)).replace("using Cases = CaseList<Gate4, Attention>",
+                                                                    "using Cases = CaseList<Gate4>"))
+    binary = build_cuda.build_generated_check(ARCHS, str(tmp_path), str(cases))
+    code, output, summary = run(binary)
+    if gpu_present():
+        assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
+    else:
+        assert code == 1 and "gpu: no CUDA device" in output, output[-6000:]

@@ -3,6 +3,7 @@ generated C++ equal the unfused per-edge path (TF ops) and the interpreter; with
 library that does not fit, the interpreter runs and says why; the cache is safe for two processes at once."""
 
 import os
+import pathlib
 import subprocess
 import sys
 import textwrap
@@ -15,88 +16,10 @@ import ngra_tf
 from ngra_tf.ops import edge_code as ec
 from ngra_tf.ops import generated
 
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+from generated_cases import NUM_TYPES, Builder  # noqa: E402  (tools/ is not a package)
+
 pytestmark = pytest.mark.skipif(isinstance(generated.toolchain(), str), reason="no C++ compiler for generated code")
-
-CONSTANTS = (0.5, 0.2, 1.5, -0.75, 2.0, 25.0)
-UNARY = ("neg", "abs", "square", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "reciprocal", "tanh", "sigmoid",
-         "relu", "leaky_relu", "elu", "selu", "softplus", "softsign", "pow_const")
-BINARY = ("add", "sub", "mul", "div", "maximum", "minimum", "squared_difference")
-NUM_TYPES = 3
-
-
-class Builder:
-    """A random EdgeCode: loads through contiguous, one-entry, per-head, reversed and random tables (typed
-    source loads among them), then random ops in forms whose domain is safe."""
-
-    def __init__(self, rng, width):
-        self.rng, self.width = rng, width
-        self.slot = width + 1
-        self.src_width, self.dst_width, self.edge_width = NUM_TYPES * self.slot + 3, width + 2, 2
-        self.tables, self.ins = [], []
-
-    def table(self, bound, kind):
-        w, rng = self.width, self.rng
-        if kind == "c" and bound >= w:
-            t = int(rng.integers(0, bound - w + 1)) + np.arange(w)
-        elif kind == "u":
-            t = np.full(w, int(rng.integers(bound)))
-        elif kind == "heads":
-            t = (np.arange(w) // 4) % bound
-        elif kind == "reversed":
-            t = (w - 1 - np.arange(w)) % bound
-        else:
-            t = rng.integers(0, bound, w)
-        self.tables.append(t.astype(np.int32))
-        return len(self.tables) - 1
-
-    def emit(self, op, a=0, b=0, k=-1):
-        self.ins.append((op, int(a), int(b), int(k)))
-        return len(self.ins) - 1
-
-    def const(self, value):
-        return self.emit("const", k=CONSTANTS.index(value))
-
-    def unary(self, op, x):
-        """op applied where its domain is safe: sqrt(softplus(x) + 0.5), log1p(sigmoid(x)), ..."""
-        if op in ("sqrt", "rsqrt", "log", "reciprocal", "pow_const"):
-            x = self.emit("add", self.emit("softplus", x), self.const(0.5))
-        elif op == "log1p":
-            x = self.emit("sigmoid", x)
-        elif op in ("exp", "expm1"):
-            x = self.emit("tanh", x)
-        k = CONSTANTS.index(0.2) if op == "leaky_relu" else CONSTANTS.index(1.5) if op == "pow_const" else -1
-        return self.emit(op, x, 0, k)
-
-    def binary(self, op, a, b):
-        if op == "div":
-            b = self.emit("add", self.emit("softplus", b), self.const(0.5))
-        return self.emit(op, a, b)
-
-    def draw(self, attention=False, big_exp=False):
-        rng = self.rng
-        kinds = ["c", "u", "heads", "reversed", "random"]
-        regs = [self.emit("load_src", self.table(self.src_width, kinds[rng.integers(5)])) for _ in range(2)]
-        regs.append(self.emit("load_src", self.table(self.src_width, "c")))
-        if rng.random() < 0.7:
-            regs.append(self.emit("load_src_typed", self.table(self.slot, rng.choice(["c", "u", "random"])), self.slot))
-        if rng.random() < 0.8:
-            regs.append(self.emit("load_dst", self.table(self.dst_width, rng.choice(["c", "heads", "u"]))))
-        if rng.random() < 0.7:
-            regs.append(self.emit("load_edge", self.table(self.edge_width, rng.choice(["u", "random"]))))
-        regs.append(self.const(-0.75))
-        for _ in range(int(rng.integers(4, 9))):
-            if rng.random() < 0.45:
-                regs.append(self.unary(UNARY[rng.integers(len(UNARY))], regs[rng.integers(len(regs))]))
-            else:
-                a, b = (regs[i] for i in rng.integers(len(regs), size=2))
-                regs.append(self.binary(BINARY[rng.integers(len(BINARY))], a, b))
-        value = self.emit("add", regs[-1], self.emit("mul", regs[-2], regs[-3]))
-        if big_exp:  # exponentials up to e^75: float32's range, where a polynomial exp is least accurate
-            value = self.emit("mul", value, self.emit("exp", self.emit("mul", regs[0], self.const(25.0))))
-        score = -1
-        if attention:
-            score = regs[int(rng.integers(len(regs)))] if rng.random() < 0.8 else value
-        return ec.EdgeCode(tuple(self.ins), CONSTANTS, np.stack(self.tables), value, score)
 
 
 def _graph(rng, num_vertices=23, num_edges=160):

@@ -1,90 +1,42 @@
-"""Generated GPU edge code under emulation (no GPU, no nvcc): random programs, written by
-ngra_tf.ops.generated.cuda_program as compile-time instruction lists, run through the GPU bodies as their
-own straight-line code (FixedCode, ops/cuda/edge_code_programs.h) with every reduce, forward and gradient,
-against the CPU walks: the CUDA harness's edge-code checks (ops/tests/generated_code_check.cc).
+"""Generated GPU edge code, checked without a GPU.
 
-The same structs are what a GPU compiles per program; the emulated run proves the unrolled code computes
-what the interpreter does, for float/int32 with hubs split into chunks and for double/int64."""
+Under emulation (a C++ compiler, no nvcc): random programs, written by ngra_tf.ops.generated.cuda_program as
+compile-time instruction lists, run through the GPU bodies as their own straight-line code (FixedCode,
+ops/cuda/edge_code_programs.h) with every reduce, forward and gradient, against the CPU walks (the CUDA
+harness's edge-code checks), and bit for bit against the interpreter over the same walks
+(ops/tests/generated_code_check.cc), for float/int32 with hubs split into chunks and for double/int64.
+
+With NVRTC (nvidia-cuda-nvrtc): the module a GPU kernel loads (generated.cuda_module) compiles, with the
+kernels of exactly the passes the program needs; it is cached per program and architecture; without NVRTC, a
+GPU, or after a failed compile, the interpreter runs and says why."""
 
 import pathlib
 import re
 import shutil
 import subprocess
+import sys
 
 import numpy as np
 import pytest
 
 from ngra_tf.ops import edge_code as ec
 from ngra_tf.ops import generated
-from test_generated import NUM_TYPES, Builder
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import build_cuda  # noqa: E402  (tools/ is not a package)
+from generated_cases import Builder, attention, cases, gate  # noqa: E402
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CHECK = ROOT / "ops" / "tests" / "generated_code_check.cc"
 COMPILER = shutil.which("g++") or shutil.which("c++")
 
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler")
 
 
-def gate(width):
-    """G-GCN's gate, tanh(a[src] + b[dst]) * c[src], over source rows [a | c] (bench_cuda's gate pass)."""
-    f = np.arange(width, dtype=np.int32)
-    return ec.EdgeCode((("load_src", 0, 0, -1), ("load_dst", 1, 0, -1), ("add", 0, 1, -1), ("tanh", 2, 0, -1),
-                        ("load_src", 2, 0, -1), ("mul", 3, 4, -1)), (), np.stack([f, f, width + f]), 5)
-
-
-def attention(width, heads=2):
-    """GAT: leaky_relu(s[src, head] + t[dst, head], 0.2) as the score, the source row as the value."""
-    f = np.arange(width, dtype=np.int32)
-    head = (f * heads // width).astype(np.int32)
-    return ec.EdgeCode((("load_src", 0, 0, -1), ("load_src", 1, 0, -1), ("load_dst", 2, 0, -1), ("add", 1, 2, -1),
-                        ("leaky_relu", 3, 0, 0)), (0.2,), np.stack([f, width + head, head]), 0, 4)
-
-
-def case(name, code, src_width, dst_width, edge_width, slot_types=NUM_TYPES):
-    """One case struct of the file generated_code_check.cc includes."""
-    plain = ec.EdgeCode(code.instructions, code.constants, code.tables, code.value, -1)
-    if code.score < 0:  # under softmax, the message scores itself
-        code = ec.EdgeCode(code.instructions, code.constants, code.tables, code.value, code.value)
-    tables = ", ".join(str(v) for v in np.asarray(code.tables, np.int32).ravel())
-    constants = ", ".join(repr(float(v)) for v in code.constants) or "0.0"
-    body = [generated.cuda_program(plain, "Plain"), generated.cuda_program(code, "Softmax")]
-    return "\n".join([
-        f"struct {name} {{",
-        *("  " + line for text in body for line in text.splitlines()),
-        f'  static constexpr const char* kName = "{name}";',
-        f"  static constexpr int64_t kWidth = {code.width}, kSrcWidth = {src_width}, kDstWidth = {dst_width}, "
-        f"kEdgeWidth = {edge_width};",
-        f"  static constexpr int kSlotTypes = {slot_types}, kNumTables = {len(code.tables)};",
-        f"  static constexpr int32_t kTables[] = {{{tables}}};",
-        f"  static constexpr double kConstants[] = {{{constants}}};",
-        "};", ""])
-
-
-def cases(seeds, gates):
-    out, names = [], []
-    for width in gates:
-        out.append(case(f"Gate{width}", gate(width), 2 * width, width, 1))
-        names.append(f"Gate{width}")
-    out.append(case("Attention", attention(8), 10, 2, 1))
-    names.append("Attention")
-    for seed in seeds:
-        rng = np.random.default_rng(1000 + seed)
-        builder = Builder(rng, width=[1, 5, 12, 17][seed % 4])
-        code = builder.draw(attention=True)
-        out.append(case(f"Random{seed}", code, builder.src_width, builder.dst_width, builder.edge_width))
-        names.append(f"Random{seed}")
-    return "\n".join(out) + f"\nusing Cases = CaseList<{', '.join(names)}>;\n"
-
-
 def build_and_run(directory, seeds, gates=(4,)):
     cases_file = directory / "cases.inc"
     cases_file.write_text(cases(seeds, gates))
-    binary = directory / "generated_code_check"
-    build = subprocess.run([COMPILER, "-std=c++17", "-O1", "-pthread", "-I", str(ROOT),
-                            f'-DNGRA_GENERATED_CASES="{cases_file}"', "-x", "c++", str(CHECK), "-o", str(binary)],
-                           capture_output=True, text=True, timeout=1200)
-    assert build.returncode == 0, build.stderr[-3000:]
-    run = subprocess.run([str(binary)], capture_output=True, text=True, timeout=1200)
+    binary = build_cuda.build_generated_check_without_nvcc(str(directory), str(cases_file), COMPILER)
+    run = subprocess.run([binary], capture_output=True, text=True, timeout=1200)
     return run.returncode, run.stdout + run.stderr
 
 
@@ -152,33 +104,30 @@ def _compile_all(count, archs, types=(("float32", "int32"), ("float64", "int64")
 
 
 @needs_nvrtc
-def test_generated_modules_compile_with_nvrtc():
-    """Every pass's kernel, and only those of operands the program reads, as PTX and as a CUBIN."""
-    _compile_all(0, ("compute_75",), types=(("float32", "int32"),))  # CUBINs: the cache test
-
-
-@needs_nvrtc
 @pytest.mark.slow
 def test_random_modules_compile_with_nvrtc():
+    """Every pass's kernel, and only those of operands the program reads, as PTX and as CUBINs."""
     _compile_all(8, ("compute_75", "sm_80", "sm_90"))
 
 
 @needs_nvrtc
 def test_a_module_is_cached_per_program_and_arch(monkeypatch, tmp_path):
+    """PTX here (a CUBIN takes NVRTC 3x longer; tests/tools/test_bench_cuda.py loads one for sm_90)."""
     monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
     generated._cuda_kernels.cache_clear()
     try:
-        cubin = generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="sm_90")
-        assert cubin.startswith(str(tmp_path)) and cubin.endswith(".cubin")
-        with open(cubin, "rb") as f:
-            assert f.read(4) == b"\x7fELF"
         ptx = generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_80")
-        assert ptx.endswith(".ptx") and ptx != cubin
-        other = generated.cuda_kernels_for(gate(8), "float32", "int32", "max", arch="sm_90")
-        assert other not in (cubin, ptx)
+        assert ptx.startswith(str(tmp_path)) and ptx.endswith(".ptx")
+        with open(ptx, "rb") as f:
+            image = f.read()
+        assert b".target sm_80" in image  # the gate reads sources and destinations: their walks, no edge walk
+        assert _kernels_in(image) == {"ngra_edge_code_forward", "ngra_edge_code_grad_src", "ngra_edge_code_grad_dst"}
+        other_arch = generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_75")
+        other_reduce = generated.cuda_kernels_for(gate(8), "float32", "int32", "max", arch="compute_80")
+        assert len({ptx, other_arch, other_reduce}) == 3
         generated._cuda_kernels.cache_clear()  # a new process: the file is found, not compiled again
         monkeypatch.setattr(generated, "compile_cuda", lambda *a: pytest.fail("compiled again"))
-        assert generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="sm_90") == cubin
+        assert generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_80") == ptx
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".build-")]
     finally:
         generated._cuda_kernels.cache_clear()
