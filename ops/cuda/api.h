@@ -239,10 +239,28 @@ struct GeneratedKernels {
   const void* kernel[kNumGeneratedKernels] = {nullptr, nullptr, nullptr, nullptr};  // cudaKernel_t
 };
 
-// The kernels of a module file (LoadGeneratedKernels in backend_cuda.cuh,
-// for the TF kernels, which are not compiled by nvcc): loaded once per file
-// for the process; an error names the file and what failed.
-std::string LoadGeneratedEdgeCode(const std::string& path, const GeneratedKernels** kernels);
+// The layout of the bodies a generated kernel takes (edge_code_bodies.h):
+// part of every module's signature, raised when a body changes.
+constexpr int kGeneratedAbi = 1;
+
+// "_" and the signature's 64-bit FNV-1a hash in 16 hex digits: the end of
+// each kernel name in a module (generated.py's kernel_suffix computes it too).
+inline std::string GeneratedKernelSuffix(const std::string& signature) {
+  uint64_t hash = 1469598103934665603ull;
+  for (unsigned char c : signature) hash = (hash ^ c) * 1099511628211ull;
+  static const char kHex[] = "0123456789abcdef";
+  std::string suffix = "_";
+  for (int shift = 60; shift >= 0; shift -= 4) suffix += kHex[(hash >> shift) & 15];
+  return suffix;
+}
+
+// The kernels of a module file for the program of `signature`
+// (LoadGeneratedKernels in backend_cuda.cuh, for the TF kernels, which are
+// not compiled by nvcc): loaded once per file and signature for the process;
+// an error names the file and what failed (a module of another program has
+// no kernel of this signature's names).
+std::string LoadGeneratedEdgeCode(const std::string& path, const std::string& signature,
+                                  const GeneratedKernels** kernels);
 
 // Which generated kernel runs a body (GeneratedEntry<Body>::kKernel), -1 for
 // the bodies every program shares (combine passes, schedules): specialised in

@@ -101,14 +101,18 @@ std::string ExclusiveSum(const GpuStream& gpu, const Index* in, Index* out, int6
 // ---- Generated edge code (api.h: GeneratedKernels) ----
 
 // The kernels of a module file ngra_tf/ops/generated.py compiled with NVRTC
-// (CUBIN or PTX), loaded once per file for the process (a runtime library is
-// loaded into every device's context as it is used) and kept.
-inline std::string LoadGeneratedKernels(const std::string& path, const GeneratedKernels** kernels) {
+// (CUBIN or PTX) for the program of `signature` (EdgeCodeAttrs::
+// GeneratedSignature), loaded once per file and signature for the process (a
+// runtime library is loaded into every device's context as it is used) and
+// kept. Its kernels are looked up by names that end in the signature's hash.
+inline std::string LoadGeneratedKernels(const std::string& path, const std::string& signature,
+                                        const GeneratedKernels** kernels) {
   static std::mutex mutex;
   static std::map<std::string, std::unique_ptr<GeneratedKernels>>* loaded =
       new std::map<std::string, std::unique_ptr<GeneratedKernels>>();  // never destroyed: kernels outlive ops
   std::lock_guard<std::mutex> lock(mutex);
-  auto found = loaded->find(path);
+  const std::string suffix = GeneratedKernelSuffix(signature);
+  auto found = loaded->find(path + suffix);
   if (found != loaded->end()) {
     *kernels = found->second.get();
     return "";
@@ -119,15 +123,17 @@ inline std::string LoadGeneratedKernels(const std::string& path, const Generated
   auto entry = std::make_unique<GeneratedKernels>();
   for (int k = 0; k < kNumGeneratedKernels; ++k) {
     cudaKernel_t kernel = nullptr;
-    if (cudaLibraryGetKernel(&kernel, library, kGeneratedKernelNames[k]) == cudaSuccess) entry->kernel[k] = kernel;
+    const std::string name = kGeneratedKernelNames[k] + suffix;
+    if (cudaLibraryGetKernel(&kernel, library, name.c_str()) == cudaSuccess) entry->kernel[k] = kernel;
     cudaGetLastError();  // a pass the program has no kernel for (it reads no such operand) is no error
   }
   if (entry->kernel[kGeneratedForward] == nullptr) {
     cudaLibraryUnload(library);
-    return "generated edge code in " + path + " has no " + kGeneratedKernelNames[kGeneratedForward];
+    return "generated edge code in " + path + " has no " + kGeneratedKernelNames[kGeneratedForward] + suffix +
+           " (a module of another program, or of another ngra-tf)";
   }
   *kernels = entry.get();
-  (*loaded)[path] = std::move(entry);
+  (*loaded)[path + suffix] = std::move(entry);
   return "";
 }
 

@@ -12,8 +12,9 @@
 namespace ngra {
 namespace gpu {
 
-std::string LoadGeneratedEdgeCode(const std::string& path, const GeneratedKernels** kernels) {
-  return LoadGeneratedKernels(path, kernels);
+std::string LoadGeneratedEdgeCode(const std::string& path, const std::string& signature,
+                                  const GeneratedKernels** kernels) {
+  return LoadGeneratedKernels(path, signature, kernels);
 }
 
 NGRA_GPU_INSTANCES_EDGE_CODE(, GpuStream, float, int32_t)

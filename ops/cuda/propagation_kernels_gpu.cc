@@ -308,11 +308,13 @@ absl::Status ReadEdgeCodeAttrs(OpKernelConstruction* ctx, EdgeCodeAttrs* attrs) 
 class GeneratedCudaKernel {
  public:
   absl::Status Read(OpKernelConstruction* ctx) { return ctx->GetAttr("cuda_kernel", &path_); }
-  const GeneratedKernels* Get() {
+  template <typename T, typename Index>
+  const GeneratedKernels* Get(const EdgeCodeAttrs& attrs) {
     absl::MutexLock lock(&mutex_);
     if (!tried_ && !path_.empty()) {
       tried_ = true;
-      const std::string error = LoadGeneratedEdgeCode(path_, &kernels_);
+      const std::string error =
+          LoadGeneratedEdgeCode(path_, attrs.template GeneratedSignature<T, Index>(), &kernels_);
       if (!error.empty()) LOG(WARNING) << "ngra_tf: " << error << "; the edge-code interpreter runs instead";
     }
     return kernels_;
@@ -344,7 +346,7 @@ class EdgeCodeGpuOp : public OpKernel {
     Tensor *out = nullptr, *aux = nullptr;
     OP_REQUIRES_OK(ctx, OutputFromInit<T>(ctx, 11, out_shape, attrs_.reduce, &out, &problem.init));
     OP_REQUIRES_OK(ctx, ctx->allocate_output(1, IsExtreme(attrs_.reduce) ? out_shape : TensorShape({0}), &aux));
-    problem.generated = generated_.Get();
+    problem.generated = generated_.Get<T, Index>(attrs_);
     OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCode<GpuStream, T, Index>(stream.get(), problem, Data<T>(out),
                                                                    Data<Index>(aux))));
   }
@@ -378,7 +380,7 @@ class EdgeCodeGradGpuOp : public OpKernel {
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(wrt_input).shape(), &out));
     const Index* arg = IsExtreme(attrs_.reduce) ? Data<Index>(aux) : nullptr;
     const T* finished = attrs_.softmax() ? Data<T>(state) : nullptr;
-    problem.generated = generated_.Get();
+    problem.generated = generated_.Get<T, Index>(attrs_);
     OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCodeGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad), arg,
                                                                        finished, Data<T>(out))));
   }

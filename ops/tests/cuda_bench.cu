@@ -360,8 +360,13 @@ int ngra_bench_gate_generated(void* handle, const float* x2, const float* xd, in
 
 int ngra_bench_gate_module(void* handle, const char* path, const float* x2, const float* xd, int64_t width,
                            float* out) {
+  ngra::gpu::EdgeCodeAttrs attrs;  // the module's kernels are named for the gate's signature
+  attrs.code.assign(GateCode::kCode, GateCode::kCode + GateCode::kInstructions * ngra::kInstructionInts);
+  attrs.value = GateCode::kValue;
+  attrs.reduce = "sum";
   const ngra::gpu::GeneratedKernels* kernels = nullptr;
-  const std::string error = ngra::gpu::LoadGeneratedKernels(path, &kernels);
+  const std::string error =
+      ngra::gpu::LoadGeneratedKernels(path, attrs.GeneratedSignature<float, int32_t>(), &kernels);
   if (!error.empty()) {
     g_error = error;
     return 1;
