@@ -81,11 +81,11 @@ def table_shapes(tables: np.ndarray, read) -> str:
     return "".join(shapes)
 
 
-def signature(code, dtype: str, index_dtype: str, reduce: str) -> str:
-    """What the kernel checks a library against (CodeAttrs::Signature in ops/cc/edge_code_kernels.cc)."""
+def signature(code, dtype: str, index_dtype: str, reduce: str, abi: str = f"abi={ABI}") -> str:
+    """What generated code was made for (ProgramSignature in ops/kernels/edge_code.h): the kernel checks a CPU
+    library against it, and names a GPU module's kernels after it (cuda_signature)."""
     ints = ",".join(str(v) for v in code.attrs()["code"])
-    return (f"abi={ABI} T={dtype} Index={index_dtype} reduce={reduce} code={ints} value={code.value} "
-            f"score={code.score}")
+    return f"{abi} T={dtype} Index={index_dtype} reduce={reduce} code={ints} value={code.value} score={code.score}"
 
 
 class _Program:
@@ -440,9 +440,7 @@ CUDA_ABI = 1  # kGeneratedAbi in ops/cuda/api.h: the layout of the bodies the ke
 
 def cuda_signature(code, dtype: str, index_dtype: str, reduce: str) -> str:
     """What a module is compiled for (EdgeCodeAttrs::GeneratedSignature in ops/cuda/validate.h)."""
-    ints = ",".join(str(v) for v in code.attrs()["code"])
-    return (f"cuda_abi={CUDA_ABI} T={dtype} Index={index_dtype} reduce={reduce} code={ints} value={code.value} "
-            f"score={code.score}")
+    return signature(code, dtype, index_dtype, reduce, abi=f"cuda_abi={CUDA_ABI}")
 
 
 def kernel_suffix(signature_: str) -> str:

@@ -83,10 +83,7 @@ struct CodeAttrs {
   // What a generated library must have been generated for (generated.py writes the same string).
   template <typename T, typename Index>
   std::string Signature() const {
-    std::string s = "abi=" + std::to_string(kCodeCallAbi) + " T=" + (sizeof(T) == 4 ? "float32" : "float64") +
-                    " Index=" + (sizeof(Index) == 4 ? "int32" : "int64") + " reduce=" + reduce + " code=";
-    for (size_t i = 0; i < code.size(); ++i) s += (i ? "," : "") + std::to_string(code[i]);
-    return s + " value=" + std::to_string(value) + " score=" + std::to_string(score);
+    return ProgramSignature<T, Index>("abi=" + std::to_string(kCodeCallAbi), code, reduce, value, score);
   }
 
   // Loads the generated library, if any; one that does not fit is logged once and the interpreter runs.

@@ -135,10 +135,7 @@ struct EdgeCodeAttrs {
   // kernels' names end in GeneratedKernelSuffix of it, so a module of another program does not load.
   template <typename T, typename Index>
   std::string GeneratedSignature() const {
-    std::string s = "cuda_abi=" + std::to_string(kGeneratedAbi) + " T=" + (sizeof(T) == 4 ? "float32" : "float64") +
-                    " Index=" + (sizeof(Index) == 4 ? "int32" : "int64") + " reduce=" + reduce + " code=";
-    for (size_t i = 0; i < code.size(); ++i) s += (i ? "," : "") + std::to_string(code[i]);
-    return s + " value=" + std::to_string(value) + " score=" + std::to_string(score);
+    return ProgramSignature<T, Index>("cuda_abi=" + std::to_string(kGeneratedAbi), code, reduce, value, score);
   }
 };
 

@@ -27,6 +27,10 @@
 #include <cmath>
 #include <cstdint>
 #include <type_traits>
+#ifndef __CUDACC_RTC__
+#include <string>
+#include <vector>
+#endif
 
 #include "ops/kernels/platform.h"
 
@@ -294,6 +298,21 @@ NGRA_HOST_DEVICE inline void AdjointFeature(const EdgeCode<T>& p, const T* regs,
     if (IsBinary(op)) adj[ins[2]] += gb;
   }
 }
+
+#ifndef __CUDACC_RTC__
+// What a program's generated code was made for: "<abi> T=float32
+// Index=int32 reduce=sum code=0,0,0,-1,... value=5 score=-1", with `abi` the
+// version of the calling convention ("abi=1": the CPU libraries; "cuda_abi=1":
+// the GPU modules). ngra_tf/ops/generated.py writes the same strings.
+template <typename T, typename Index>
+std::string ProgramSignature(const std::string& abi, const std::vector<int32_t>& code, const std::string& reduce,
+                             int value, int score) {
+  std::string s = abi + " T=" + (sizeof(T) == 4 ? "float32" : "float64") +
+                  " Index=" + (sizeof(Index) == 4 ? "int32" : "int64") + " reduce=" + reduce + " code=";
+  for (size_t i = 0; i < code.size(); ++i) s += (i ? "," : "") + std::to_string(code[i]);
+  return s + " value=" + std::to_string(value) + " score=" + std::to_string(score);
+}
+#endif  // __CUDACC_RTC__
 
 // ---- Gradients: what seeds the adjoint of an edge's message ----
 
