@@ -107,11 +107,12 @@ class BuildTfOps(build_ext):
         self.compiler.compile = parallel_compile
         super().build_extension(ext)
         self._record_toolchain(ext, [*arch, "-std=c++17", "-O3", "-fno-trapping-math", "-fPIC", "-g0",
-                                     *(flag for flag in compile_flags if flag.startswith("-D"))])
+                                     *(flag for flag in compile_flags if flag.startswith("-D"))], cuda is not None)
 
-    def _record_toolchain(self, ext, flags):
-        """Beside the library: the compiler and flags that built it, and (outside an editable build) the
-        kernel headers, so that generated edge code (ngra_tf/ops/generated.py) is built the same way."""
+    def _record_toolchain(self, ext, flags, cuda):
+        """Beside the library: the compiler and flags that built it and whether it has the GPU kernels, and
+        (outside an editable build) the kernel headers, so that generated edge code (ngra_tf/ops/generated.py)
+        is built the same way, and for GPUs only where the ops can run on them."""
         directory = os.path.dirname(os.path.abspath(self.get_ext_fullpath(ext.name)))
         editable = self.inplace or getattr(self, "editable_mode", False)
         compiler = shutil.which(self.compiler.compiler_cxx[0]) or self.compiler.compiler_cxx[0]
@@ -119,7 +120,7 @@ class BuildTfOps(build_ext):
         package = self.get_finalized_command("build_py").get_package_dir("ngra_tf.ops")
         for place in {directory, os.path.abspath(package)} if editable else {directory}:
             with open(os.path.join(place, "_ngra_ops.json"), "w") as f:
-                json.dump({"cxx": compiler, "flags": flags}, f, indent=1)
+                json.dump({"cxx": compiler, "flags": flags, "cuda": cuda}, f, indent=1)
         if not editable:  # the headers generated code compiles against: C++ (kernels) and CUDA (NVRTC)
             for folder in ("kernels", "cuda"):
                 include = os.path.join(directory, "include", "ops", folder)

@@ -703,10 +703,22 @@ _CUDA_HEADERS = ("ops/cuda/edge_code_bodies.h", "ops/cuda/edge_code_programs.h",
 _cuda_failure: str | None = None  # why the last NVRTC compile failed, for cuda_status()
 
 
+def _has_gpu_kernels() -> bool:
+    """Whether the op library was built with its GPU kernels (NGRA_TF_CUDA=1; setup.py records it)."""
+    try:
+        with open(os.path.join(_HERE, "_ngra_ops.json")) as f:
+            return bool(json.load(f).get("cuda", False))
+    except (OSError, ValueError):
+        return False
+
+
 @functools.lru_cache(maxsize=None)  # the visible GPUs are fixed once TensorFlow has started
 def gpu_arch():
     """The architecture to compile for: "sm_XY" when every visible GPU is compute capability X.Y (a CUBIN), else
-    PTX for the oldest ("compute_XY", which the driver compiles for the others); None without a GPU."""
+    PTX for the oldest ("compute_XY", which the driver compiles for the others); None without a GPU, or when
+    the op library has no GPU kernels (its ops then run on the CPU)."""
+    if not _has_gpu_kernels():
+        return None
     import tensorflow as tf
 
     capabilities = set()

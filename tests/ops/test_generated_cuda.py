@@ -138,6 +138,34 @@ def test_without_a_gpu_nothing_is_compiled_for_one():
     assert generated.cuda_kernels_for(gate(8), "float32", "int32", "sum") == ""
 
 
+@pytest.mark.parametrize("built_with_cuda, capabilities, want", [
+    (True, [(9, 0), (9, 0)], "sm_90"),  # one architecture: its CUBIN
+    (True, [(9, 0), (8, 0)], "compute_80"),  # several: PTX for the oldest, finished by the driver
+    (True, [], None),  # no GPU
+    (False, [(9, 0)], None),  # GPUs, but the op library has no GPU kernels: its ops run on the CPU
+])
+def test_the_architecture_compiled_for(monkeypatch, built_with_cuda, capabilities, want):
+    import tensorflow as tf
+
+    monkeypatch.setattr(generated, "_has_gpu_kernels", lambda: built_with_cuda)
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: list(range(len(capabilities))))
+    monkeypatch.setattr(tf.config.experimental, "get_device_details",
+                        lambda gpu: {"compute_capability": capabilities[gpu]})
+    generated.gpu_arch.cache_clear()
+    try:
+        assert generated.gpu_arch() == want
+    finally:
+        generated.gpu_arch.cache_clear()
+
+
+def test_the_build_records_whether_the_library_has_gpu_kernels():
+    import json
+
+    with open(pathlib.Path(generated.__file__).with_name("_ngra_ops.json")) as f:
+        assert json.load(f)["cuda"] is False  # make ops: the CPU build (NGRA_TF_CUDA=1 records true)
+    assert generated._has_gpu_kernels() is False
+
+
 def test_without_nvrtc_the_gpu_interprets_and_says_why(monkeypatch):
     monkeypatch.setattr(generated, "nvrtc", lambda: "no NVRTC (libnvrtc.so): install nvidia-cuda-nvrtc, or set "
                                                     "NGRA_TF_NVRTC to its path")
