@@ -286,8 +286,8 @@ def gate_module(width, arch):
 
     generated = generated_cases.generated
     path = generated.cuda_kernels_for(generated_cases.gate(width), "float32", "int32", "sum", arch=arch)
-    if not path:
-        raise RuntimeError(generated.cuda_status())
+    if not path:  # the bench library has its own GPU kernels: only NVRTC matters here
+        raise RuntimeError(generated.nvrtc_status())
     return path
 
 

@@ -123,7 +123,7 @@ class LayerProgram:
             lines.append(f"  fused: yes, {kind}: {fused.code.code.expression()} "
                          f"({len(fused.code.code.instructions)} instructions)")
             lines.append(f"  kernels (CPU): {generated.status()}")
-            if generated.gpu_arch() is not None:  # GPUs visible: how the program runs on them
+            if generated.gpus_visible():  # how the program runs on them
                 lines.append(f"  kernels (GPU): {generated.cuda_status()}")
         elif fused is not None:
             lines.append(f"  fused: yes, fused_gather program {fused.program}"

@@ -122,6 +122,12 @@ def test_a_module_is_cached_per_program_and_arch(monkeypatch, tmp_path):
             image = f.read()
         assert b".target sm_80" in image  # the gate reads sources and destinations: their walks, no edge walk
         assert _kernels_in(image) == {"ngra_edge_code_forward", "ngra_edge_code_grad_src", "ngra_edge_code_grad_dst"}
+        # An edge row loaded and never used: the op may still be asked for its (zero) gradient.
+        g = gate(8)
+        unused_edge = ec.EdgeCode(g.instructions + (("load_edge", 3, 0, -1),), g.constants,
+                                  np.concatenate([g.tables, np.zeros((1, 8), np.int32)]), g.value)
+        with open(generated.cuda_kernels_for(unused_edge, "float32", "int32", "sum", arch="compute_80"), "rb") as f:
+            assert "ngra_edge_code_grad_edge" in _kernels_in(f.read())
         other_arch = generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_75")
         other_reduce = generated.cuda_kernels_for(gate(8), "float32", "int32", "max", arch="compute_80")
         assert len({ptx, other_arch, other_reduce}) == 3
@@ -148,6 +154,7 @@ def test_the_architecture_compiled_for(monkeypatch, built_with_cuda, capabilitie
     import tensorflow as tf
 
     monkeypatch.setattr(generated, "_has_gpu_kernels", lambda: built_with_cuda)
+    monkeypatch.setattr(generated, "gpus_visible", lambda: bool(capabilities))
     monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind: list(range(len(capabilities))))
     monkeypatch.setattr(tf.config.experimental, "get_device_details",
                         lambda gpu: {"compute_capability": capabilities[gpu]})
@@ -167,6 +174,7 @@ def test_the_build_records_whether_the_library_has_gpu_kernels():
 
 
 def test_without_nvrtc_the_gpu_interprets_and_says_why(monkeypatch):
+    monkeypatch.setattr(generated, "_has_gpu_kernels", lambda: True)
     monkeypatch.setattr(generated, "nvrtc", lambda: "no NVRTC (libnvrtc.so): install nvidia-cuda-nvrtc, or set "
                                                     "NGRA_TF_NVRTC to its path")
     generated._cuda_kernels.cache_clear()
@@ -184,6 +192,7 @@ def test_a_failed_nvrtc_compile_warns_and_interprets(monkeypatch, tmp_path):
         raise RuntimeError("NVRTC failed on generated edge code: x.cu(1): error: broken")
 
     monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
+    monkeypatch.setattr(generated, "_has_gpu_kernels", lambda: True)
     monkeypatch.setattr(generated, "compile_cuda", broken)
     monkeypatch.setattr(generated, "_cuda_failure", None)
     generated._cuda_kernels.cache_clear()
@@ -227,7 +236,10 @@ def test_explain_says_how_edge_code_runs_on_gpus(monkeypatch):
     layer = layers.RGCN(3, num_relations=3)
     layer(tf.ones([4, 5]), graph=graph)
     assert "kernels (CPU):" in layer.explain() and "kernels (GPU):" not in layer.explain()  # no GPU here
-    monkeypatch.setattr(generated, "gpu_arch", lambda: "sm_90")
+    monkeypatch.setattr(generated, "gpus_visible", lambda: True)
+    assert ("kernels (GPU): not at all: the op library was built without its GPU kernels (NGRA_TF_CUDA=1 builds "
+            "them)") in layer.explain()
+    monkeypatch.setattr(generated, "_has_gpu_kernels", lambda: True)
     monkeypatch.setattr(generated, "nvrtc", lambda: "no NVRTC (libnvrtc.so): install nvidia-cuda-nvrtc, or set "
                                                     "NGRA_TF_NVRTC to its path")
     assert ("kernels (GPU): interpreted: no NVRTC (libnvrtc.so): install nvidia-cuda-nvrtc, or set NGRA_TF_NVRTC "
