@@ -505,7 +505,14 @@ def nvrtc():
     import glob
     import site
 
-    candidates = [os.environ.get(NVRTC_ENV, "")]
+    chosen = os.environ.get(NVRTC_ENV, "")
+    if chosen:  # the user's choice, or nothing
+        try:
+            lib = ctypes.CDLL(chosen)
+            lib.nvrtcVersion
+        except (OSError, AttributeError) as error:
+            return f"{NVRTC_ENV}={chosen} is not an NVRTC library ({error})"
+    candidates = [chosen]
     for root in site.getsitepackages() + [site.getusersitepackages()]:
         candidates += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libnvrtc.so*")), reverse=True)
     for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):

@@ -272,3 +272,14 @@ def test_the_gpu_kernel_looks_up_the_kernels_python_names(tmp_path):
         want += [signed, generated.kernel_suffix(signed)]
         assert f"ngra_edge_code_forward{want[-1]}(" in generated.cuda_module(code, dtype, index, reduce)
     assert printed == want
+
+
+def test_a_wrong_nvrtc_path_is_named_not_replaced(monkeypatch, tmp_path):
+    monkeypatch.setenv(generated.NVRTC_ENV, str(tmp_path / "libnvrtc.so"))
+    generated.nvrtc.cache_clear()
+    try:
+        found = generated.nvrtc()
+        assert isinstance(found, str) and found.startswith(f"NGRA_TF_NVRTC={tmp_path / 'libnvrtc.so'} is not an NVRTC")
+    finally:
+        monkeypatch.delenv(generated.NVRTC_ENV)
+        generated.nvrtc.cache_clear()
