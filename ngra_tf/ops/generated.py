@@ -507,27 +507,27 @@ def nvrtc():
 
     chosen = os.environ.get(NVRTC_ENV, "")
     if chosen:  # the user's choice, or nothing
-        try:
-            lib = ctypes.CDLL(chosen)
-            lib.nvrtcVersion
-        except (OSError, AttributeError) as error:
-            return f"{NVRTC_ENV}={chosen} is not an NVRTC library ({error})"
-    candidates = [chosen]
-    for root in site.getsitepackages() + [site.getusersitepackages()]:
-        candidates += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libnvrtc.so*")), reverse=True)
-    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
-        if home:
-            candidates += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")), reverse=True)
-    candidates += ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
+        candidates = [chosen]
+    else:
+        candidates = []
+        for root in site.getsitepackages() + [site.getusersitepackages()]:
+            candidates += sorted(glob.glob(os.path.join(root, "nvidia", "*", "lib", "libnvrtc.so*")), reverse=True)
+        for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+            if home:
+                candidates += sorted(glob.glob(os.path.join(home, "lib64", "libnvrtc.so*")), reverse=True)
+        candidates += ["libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12"]
     for path in candidates:
-        if not path or "builtins" in path:
+        if "builtins" in path:
             continue
         try:
             lib = ctypes.CDLL(path)
-        except OSError:
+            version = lib.nvrtcVersion
+        except (OSError, AttributeError) as error:
+            if chosen:
+                return f"{NVRTC_ENV}={chosen} is not an NVRTC library ({error})"
             continue
         major, minor = ctypes.c_int(), ctypes.c_int()
-        lib.nvrtcVersion(ctypes.byref(major), ctypes.byref(minor))
+        version(ctypes.byref(major), ctypes.byref(minor))
         return lib, f"{major.value}.{minor.value}"
     return "no NVRTC (libnvrtc.so): install nvidia-cuda-nvrtc, or set NGRA_TF_NVRTC to its path"
 
@@ -763,15 +763,22 @@ def cuda_status() -> str:
 
 
 @functools.lru_cache(maxsize=None)
+def _cuda_fingerprint(root: str) -> str:
+    """The headers a module compiles against, hashed once per process (as toolchain() hashes the CPU's)."""
+    digest = hashlib.sha256()
+    for header in _CUDA_HEADERS:
+        with open(os.path.join(root, header), "rb") as f:
+            digest.update(f.read())
+    return digest.hexdigest()
+
+
+@functools.lru_cache(maxsize=None)
 def _cuda_kernels(key_source: str, arch: str) -> str:
     global _cuda_failure
     found, root = nvrtc(), _include_root()
     if isinstance(found, str) or root is None:
         return ""
-    digest = hashlib.sha256(f"nvrtc {found[1]} {arch}\n{key_source}".encode())
-    for header in _CUDA_HEADERS:
-        with open(os.path.join(root, header), "rb") as f:
-            digest.update(f.read())
+    digest = hashlib.sha256(f"nvrtc {found[1]} {arch} {_cuda_fingerprint(root)}\n{key_source}".encode())
     suffix = "cubin" if arch.startswith("sm_") else "ptx"
 
     def build(scratch):

@@ -2,10 +2,11 @@
 // RunEdgeCodeGrad), generic over the Backend as launch.h is: the program and
 // its tables go to the device (and, for a gradient, the tables inverted into
 // LoadUses), then the bodies of edge_code_bodies.h run over the schedules of
-// launch.h. The entry points interpret the program; RunEdgeCodeWith and
+// launch.h. The entry points run the problem's generated kernels where it
+// has them (GPU), else the interpreter; RunEdgeCodeWith and
 // RunEdgeCodeGradWith take the program policy (edge_code_programs.h) from
-// `make`, which turns the program on the device into one, so that a
-// program's generated code runs the same walks. Include the backend header
+// `make`, which turns the program on the device into one, so that every
+// policy runs the same walks. Include the backend header
 // first, then this one.
 #ifndef NGRA_OPS_CUDA_EDGE_CODE_LAUNCH_H_
 #define NGRA_OPS_CUDA_EDGE_CODE_LAUNCH_H_

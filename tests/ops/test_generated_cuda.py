@@ -260,6 +260,7 @@ def test_the_gpu_kernel_looks_up_the_kernels_python_names(tmp_path):
         body += [f"  a.code = {{{ints}}};", f"  a.value = {code.value};", f"  a.score = {code.score};",
                  f'  a.reduce = "{reduce}";', f"  s = a.GeneratedSignature<{t}, {index}>();",
                  '  std::printf("%s\\n%s\\n", s.c_str(), ngra::gpu::GeneratedKernelSuffix(s).c_str());']
+    body.append('  for (const char* name : ngra::gpu::kGeneratedKernelNames) std::printf("%s\\n", name);')
     source = tmp_path / "signature.cc"
     source.write_text("\n".join(body + ["}", ""]))
     binary = tmp_path / "signature"
@@ -272,7 +273,7 @@ def test_the_gpu_kernel_looks_up_the_kernels_python_names(tmp_path):
         signed = generated.cuda_signature(code, dtype, index, reduce)
         want += [signed, generated.kernel_suffix(signed)]
         assert f"ngra_edge_code_forward{want[-1]}(" in generated.cuda_module(code, dtype, index, reduce)
-    assert printed == want
+    assert printed == want + list(generated.CUDA_KERNELS)  # and the passes' names, in the order of the entries
 
 
 def test_a_wrong_nvrtc_path_is_named_not_replaced(monkeypatch, tmp_path):
