@@ -306,7 +306,7 @@ struct CodeForwardWalk {
   CodeRegisters<T>* regs;  // this thread's
   static constexpr int kParts = 1;
 
-  void Prefetch(Index k, int64_t, int64_t) const {
+  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t, int64_t) const {
     PrefetchBytes(p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width,
                   std::min<int64_t>(p.src_width * sizeof(T), 512));
   }
@@ -408,7 +408,7 @@ inline void CodeEdgeGrad(const Code& code, const EdgeCode<T>& p, const CodeSeed<
 constexpr int64_t kPrefetchMax = 1024;
 
 template <Seed S, typename T, typename Index>
-inline void PrefetchDestination(const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed, int64_t v) {
+NGRA_PREFETCH_INLINE void PrefetchDestination(const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed, int64_t v) {
   const int64_t row = p.width * sizeof(T);
   if constexpr (S == Seed::kSoftmax) {
     PrefetchBytes(seed.grad + v * 3 * p.width, std::min(2 * row, kPrefetchMax));

@@ -14,6 +14,11 @@
 #define NGRA_HOST_DEVICE
 #endif
 
+// For functions that only prefetch. __builtin_prefetch has no visible effect,
+// so GCC finds such a function pure and deletes calls to it as dead code
+// unless it was inlined first: every prefetch would silently vanish.
+#define NGRA_PREFETCH_INLINE inline __attribute__((always_inline))
+
 namespace ngra {
 
 // Exp and tanh for both sides (named Math* so as not to clash with the Tanh

@@ -93,13 +93,14 @@ NGRA_HOST_DEVICE auto EdgeWeight(const Operands<T>& in, int64_t e) {
 //    contiguous run of them; edges are still reduced in stored order.
 //    Blocking costs one extra pass over the output tile per block, so it is
 //    used only when segments average four or more edges per block.
-// Without blocking, rows a few edges ahead are prefetched: the gathers are
-// random and the hardware prefetcher cannot guess them.
+// Without blocking, rows a few positions ahead (in the thread's range, past
+// the segment's end) are prefetched: the gathers are random and the hardware
+// prefetcher cannot guess them.
 constexpr int64_t kTileBytes = 512;
 constexpr int64_t kBlockBytes = 1 << 20;
 constexpr int kPrefetchDistance = 8;
 
-inline void PrefetchBytes(const void* address, int64_t bytes) {
+NGRA_PREFETCH_INLINE void PrefetchBytes(const void* address, int64_t bytes) {
   const char* p = static_cast<const char*>(address);
   for (int64_t offset = 0; offset < bytes; offset += 64) __builtin_prefetch(p + offset);
 }
@@ -110,7 +111,7 @@ struct TileSpan {
   Index begin, end;       // positions of the segment still to reduce
   Index row_limit;        // stop at the first position whose row reaches this
   bool first, last;       // the first / last block: initialise / finish
-  bool prefetch;
+  Index prefetch_end;     // prefetch positions below this (the thread's range end; 0: none)
 };
 
 // Reduces positions [span.begin, ...) of segment s into one output tile
@@ -137,7 +138,9 @@ inline Index ReduceTile(const Walk& walk, const Segments<Index>& seg, int64_t s,
   }
   Index k = span.begin;
   for (; k < span.end && seg.Row(k) < span.row_limit; ++k) {
-    if (span.prefetch && k + kPrefetchDistance < span.end) {
+    // Ahead into the next segments too: where segments hold an edge or two,
+    // stopping at the segment's end would prefetch nothing.
+    if (k + kPrefetchDistance < span.prefetch_end) {
       walk.Prefetch(k + kPrefetchDistance, f0, count);
     }
     walk.template Accumulate<Red, kTile>(s, k, part, f0, count, acc, win);
@@ -182,6 +185,7 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
       int64_t blocks = (walk.gathered_rows + rows_per_block - 1) / rows_per_block;
       if (blocks > 1 && edges < 4 * blocks * segments) blocks = 1;
       const bool prefetch = blocks <= 1 && walk.gathered_rows * tile_bytes > kBlockBytes;
+      const Index prefetch_end = prefetch && segments > 0 ? seg.indptr[last] : Index(0);
       if (blocks > 1) cursor.assign(seg.indptr + first, seg.indptr + last);
       for (int64_t b = 0; b < std::max<int64_t>(blocks, 1); ++b) {
         const bool last_block = b + 1 >= blocks;
@@ -193,7 +197,7 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
                                       : static_cast<Index>((b + 1) * rows_per_block);
           span.first = b == 0;
           span.last = last_block;
-          span.prefetch = prefetch;
+          span.prefetch_end = prefetch_end;
           const int64_t at = s * row + part * width + f0;
           Index* a = Reducer<R>::kTracksArg ? arg + at : nullptr;
           const T* i = init != nullptr ? init + at : nullptr;
@@ -218,7 +222,7 @@ struct ForwardWalk {
   static constexpr int kParts = 1;
 
   const T* Src(Index k) const { return in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k)); }
-  void Prefetch(Index k, int64_t f0, int64_t n) const {
+  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t f0, int64_t n) const {
     const T* src = Src(k);
     PrefetchBytes(src + f0, n * sizeof(T));
     if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
@@ -278,7 +282,7 @@ struct SrcGradWalk {
   // activation is computed once per edge and feature for both).
   static constexpr int kParts = Program::kSrcParts;
 
-  void Prefetch(Index k, int64_t f0, int64_t n) const {
+  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t f0, int64_t n) const {
     const Index v = csr.Row(k);
     PrefetchBytes(g.Row(v) + f0, n * sizeof(T));
     if (Program::kUsesDst) PrefetchBytes(in.x_dst + static_cast<int64_t>(v) * in.width + f0, n * sizeof(T));
@@ -345,7 +349,7 @@ struct DstGradWalk {
   int64_t gathered_per_row;
   static constexpr int kParts = 1;
 
-  void Prefetch(Index k, int64_t f0, int64_t n) const {
+  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t f0, int64_t n) const {
     const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), csc.Edge(k));
     PrefetchBytes(src + f0, n * sizeof(T));
     if (Program::kSrcParts == 2) PrefetchBytes(src + in.width + f0, n * sizeof(T));
