@@ -93,18 +93,28 @@ class Blocks:
                                      (tf.constant(0), tf.constant(0, tf.int64)))[1]
         with self._where():
             rows = tf.fill([int(self.bounds[-1])] + list(self.row_shape), tf.cast(value, self.dtype))
-            return self.empty().split(rows, tf.constant(self.sizes))
+            return self._cut(rows)
 
     def from_rows(self, rows):
         """A state holding `rows` (all intervals, in interval order, on the device), cut into blocks."""
         if self.home == "device":
             with self._where():
-                return self.empty().split(rows, tf.constant(self.sizes))
+                return self._cut(rows)
         with tf.device(self.host):
             host_rows = self._to_host(rows)
             if self.home == "disk":
                 return write_file(self.path, tf.constant(0, tf.int64), host_rows)
-            return self.empty().split(host_rows, tf.constant(self.sizes))
+            return self._cut(host_rows)
+
+    def _cut(self, rows):
+        # TensorFlow's list split and concat copy every block, even the only one; a one-block state holds
+        # `rows` itself (P = 1 runs the same loops, without two copies of each array per pass).
+        if len(self.sizes) == 1:
+            return self.empty().write(0, rows)
+        return self.empty().split(rows, tf.constant(self.sizes))
+
+    def _joined(self, state):
+        return self._shaped(state.read(0) if len(self.sizes) == 1 else state.concat())
 
     def _element_shape(self):
         return tf.TensorShape([None] + list(self.row_shape))
@@ -174,10 +184,9 @@ class Blocks:
     def concat(self, state, to_device=True):
         """Every block, in interval order, as one tensor on the device (to_device=False: on the host)."""
         if self.home == "device":
-            return self._shaped(state.concat())
+            return self._joined(state)
         with tf.device(self.host):
-            rows = (self._read_range(state, 0, int(self.bounds[-1])) if self.home == "disk"
-                    else self._shaped(state.concat()))
+            rows = self._read_range(state, 0, int(self.bounds[-1])) if self.home == "disk" else self._joined(state)
         if not to_device:
             return rows
         return self._to_device(rows)
