@@ -185,7 +185,7 @@ void ReduceSegments(const Walk& walk, const Segments<Index>& seg, int parts, int
       int64_t blocks = (walk.gathered_rows + rows_per_block - 1) / rows_per_block;
       if (blocks > 1 && edges < 4 * blocks * segments) blocks = 1;
       const bool prefetch = blocks <= 1 && walk.gathered_rows * tile_bytes > kBlockBytes;
-      const Index prefetch_end = prefetch && segments > 0 ? seg.indptr[last] : Index(0);
+      const Index prefetch_end = prefetch ? seg.Begin(last) : Index(0);  // the thread's range end
       if (blocks > 1) cursor.assign(seg.indptr + first, seg.indptr + last);
       for (int64_t b = 0; b < std::max<int64_t>(blocks, 1); ++b) {
         const bool last_block = b + 1 >= blocks;
@@ -320,15 +320,11 @@ void FusedGatherGradSrc(const Segments<Index>& csr, const Operands<T>& in,
     // Each edge feeds only its type's slot of the source row: accumulate
     // into the row directly instead of walking every slot.
     const int64_t row = in.src_slots * width;
-    const Index range_end = last > first ? csr.End(last - 1) : Index(0);
+    const SrcGradWalk<Program, kArg, K, T, Index> walk{csr, in, g, g.rows};  // for its Prefetch
     for (int64_t u = first; u < last; ++u) {
       std::memset(d_src + u * row, 0, sizeof(T) * row);
       for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
-        if (k + kPrefetchDistance < range_end) {  // the gradient rows are read at random
-          const Index ahead = csr.Row(k + kPrefetchDistance);
-          PrefetchBytes(g.Row(ahead), width * sizeof(T));
-          if constexpr (kArg) PrefetchBytes(g.ArgRow(ahead), width * sizeof(Index));
-        }
+        if (k + kPrefetchDistance < csr.Begin(last)) walk.Prefetch(k + kPrefetchDistance, 0, width);
         const Index v = csr.Row(k), e = csr.Edge(k);
         T* __restrict ds = d_src + in.template SrcOffset<Program>(static_cast<Index>(u), e);
         const T* grad = g.Row(v);
@@ -397,14 +393,11 @@ void FusedGatherGradWeight(const Segments<Index>& csc, const Operands<T>& in,
                            T* d_weight) {
   const int64_t width = in.width;
   const int64_t ww = in.weight_width;
-  const Index range_end = last > first ? csc.End(last - 1) : Index(0);
+  const DstGradWalk<Program, kArg, K, T, Index> walk{csc, in, g, 0, in.src_slots};  // for its Prefetch
   for (int64_t v = first; v < last; ++v) {
     const T* t = Program::kUsesDst ? in.x_dst + v * width : nullptr;
     for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
-      if (k + kPrefetchDistance < range_end) {  // the source rows are read at random
-        const Index ahead = k + kPrefetchDistance;
-        PrefetchBytes(in.x_src + in.template SrcOffset<Program>(csc.Row(ahead), csc.Edge(ahead)), width * sizeof(T));
-      }
+      if (k + kPrefetchDistance < csc.Begin(last)) walk.Prefetch(k + kPrefetchDistance, 0, width);
       const Index e = csc.Edge(k);
       const T* src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), e);
       T* __restrict dw = d_weight + static_cast<int64_t>(e) * ww;
