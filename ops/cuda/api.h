@@ -228,20 +228,23 @@ std::string RunFusedGatherGrad(const Backend& backend, const FusedProblem<T, Ind
 // (cuda_module: the program as FixedCode, edge_code_programs.h), loaded once
 // per file by LoadGeneratedKernels (backend_cuda.cuh): one entry per pass,
 // in the order of GeneratedKernel, null where the module has none (the
-// program reads no such operand). A problem that carries them runs them in
-// place of the interpreter, over the same schedules and launches.
+// program reads no such operand; softmax and float64 have no 4-wide forward).
+// A problem that carries them runs them in place of the interpreter, over the
+// same schedules and launches. kGeneratedForward2 and 4 are the forward over
+// runs of 2 and 4 features (vector reads, where CodeRunsOf allows).
 enum GeneratedKernel : int { kGeneratedForward = 0, kGeneratedGradSrc, kGeneratedGradDst, kGeneratedGradEdge,
-                             kNumGeneratedKernels };
+                             kGeneratedForward2, kGeneratedForward4, kNumGeneratedKernels };
 constexpr const char* kGeneratedKernelNames[kNumGeneratedKernels] = {
-    "ngra_edge_code_forward", "ngra_edge_code_grad_src", "ngra_edge_code_grad_dst", "ngra_edge_code_grad_edge"};
+    "ngra_edge_code_forward",  "ngra_edge_code_grad_src",  "ngra_edge_code_grad_dst", "ngra_edge_code_grad_edge",
+    "ngra_edge_code_forward2", "ngra_edge_code_forward4"};
 
 struct GeneratedKernels {
-  const void* kernel[kNumGeneratedKernels] = {nullptr, nullptr, nullptr, nullptr};  // cudaKernel_t
+  const void* kernel[kNumGeneratedKernels] = {};  // cudaKernel_t
 };
 
 // The layout of the bodies a generated kernel takes (edge_code_bodies.h):
 // part of every module's signature, raised when a body changes.
-constexpr int kGeneratedAbi = 1;
+constexpr int kGeneratedAbi = 2;
 
 // "_" and the signature's 64-bit FNV-1a hash in 16 hex digits: the end of
 // each kernel name in a module (generated.py's kernel_suffix computes it too).

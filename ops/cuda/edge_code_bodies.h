@@ -39,14 +39,25 @@ namespace gpu {
 
 // ---- Forward: sum / mean / max / min ----
 
+// Where a generated program's forward may read runs of V features
+// (CodeRunsOf, edge_code_launch.h): the widest run in bytes, and the first
+// column of each load's table (instruction i's at column[i]). Held in the
+// body, so the kernel reads them from its parameters, not from memory.
+struct CodeRuns {
+  int64_t bytes = 0;
+  int32_t column[kMaxInstructions] = {};
+};
+
 // The message of position k of destination segment s: the program at each
-// feature of the run. Operands are read through tables, so runs are scalar.
+// feature of the run. An interpreted program reads one feature at a time; a
+// generated one reads runs of V features (vectors) where runs allow.
 template <typename Program, typename Index>
 struct CodeMessageTerm {
   using T = typename Program::Value;
   Segments<Index> seg;  // CSC: s is the destination, Row(k) the source
   Program program;
-  static constexpr bool kScalarRuns = true;
+  CodeRuns runs;
+  static constexpr bool kScalarRuns = Program::kScalarRuns;
 
   struct View {
     bool active;
@@ -54,11 +65,15 @@ struct CodeMessageTerm {
     Index src;
     Index dst;
   };
-  bool Aligned(int64_t) const { return false; }
+  bool Aligned(int64_t bytes) const { return bytes <= runs.bytes; }
   NGRA_HOST_DEVICE View At(Index s, Index k, int64_t) const { return View{true, seg.Edge(k), seg.Row(k), s}; }
   template <int V>
   NGRA_HOST_DEVICE void Run(const View& v, int64_t, int64_t first, T* out) const {
-    for (int i = 0; i < V; ++i) out[i] = program.Message(v.src, v.dst, v.edge, first + i, nullptr);
+    if constexpr (V == 1) {
+      out[0] = program.Message(v.src, v.dst, v.edge, first, nullptr);
+    } else {
+      program.template MessageRun<V>(v.src, v.dst, v.edge, first, runs.column, out);
+    }
   }
 };
 

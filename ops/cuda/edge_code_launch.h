@@ -25,12 +25,12 @@ namespace gpu {
 
 // ---- Which generated kernel runs a body (api.h) ----
 // The bodies that evaluate a generated program, each the instance
-// ngra_tf/ops/generated.py's cuda_module compiles (runs of one feature:
-// edge code reads through tables).
+// ngra_tf/ops/generated.py's cuda_module compiles (the forward once per run
+// length V; the gradients and softmax read one feature at a time).
 
-template <Reduce R, typename T, typename Index>
-struct GeneratedEntry<SegmentReduceBody<R, CodeMessageTerm<GeneratedCode<T>, Index>, T, Index, 1>> {
-  static constexpr int kKernel = kGeneratedForward;
+template <Reduce R, typename T, typename Index, int V>
+struct GeneratedEntry<SegmentReduceBody<R, CodeMessageTerm<GeneratedCode<T>, Index>, T, Index, V>> {
+  static constexpr int kKernel = V == 1 ? kGeneratedForward : V == 2 ? kGeneratedForward2 : kGeneratedForward4;
 };
 template <typename T, typename Index>
 struct GeneratedEntry<CodeSoftmaxBody<GeneratedCode<T>, Index>> {
@@ -121,20 +121,51 @@ LoadUses UploadUses(const Backend& backend, Scratch<Backend>& scratch, const Hos
 
 // ---- Forward ----
 
+// The widest vector run, in bytes, in which a generated program's forward may
+// read its operands (FixedCode::MessageRun), and where each load's runs
+// start: every table a load reads holds adjacent columns (entry f is entry 0
+// + f) from a multiple of the run on, and every row it reads, a typed load's
+// slot too, starts on a run boundary. bytes is sizeof(T) where some load
+// cannot: runs of one feature. `host`'s code and tables are on the host, its
+// operands anywhere.
+template <typename T>
+CodeRuns CodeRunsOf(const EdgeCode<T>& host) {
+  CodeRuns runs;
+  runs.bytes = sizeof(T);
+  for (int64_t bytes = 16; bytes > static_cast<int64_t>(sizeof(T)) && runs.bytes == sizeof(T); bytes /= 2) {
+    const int64_t run = bytes / static_cast<int64_t>(sizeof(T));
+    bool ok = true;
+    for (int i = 0; i < host.num_instructions && ok; ++i) {
+      const int32_t* ins = host.Ins(i);
+      if (!IsLoad(ins[0])) continue;
+      const int32_t* table = host.tables + static_cast<int64_t>(ins[1]) * host.width;
+      ok = table[0] % run == 0 && (ins[0] != kLoadSrcTyped || ins[2] % run == 0);
+      for (int64_t f = 1; f < host.width && ok; ++f) ok = table[f] == table[0] + f;
+      ok = ok && (ins[0] == kLoadDst    ? RowsAligned(host.x_dst, host.dst_width, bytes)
+                  : ins[0] == kLoadEdge ? RowsAligned(host.edge, host.edge_width, bytes)
+                                        : RowsAligned(host.x_src, host.src_width, bytes));
+      runs.column[i] = table[0];
+    }
+    if (ok) runs.bytes = bytes;
+  }
+  return runs;
+}
+
 // RunEdgeCode over a prebuilt schedule of problem.csc with `program` (its
 // operands already on the device: for benchmarks, nothing is copied or
-// synchronised).
+// synchronised); runs: CodeRunsOf the program on the host.
 template <typename Backend, typename Program, typename T, typename Index>
 std::string RunEdgeCodeScheduled(const Backend& backend, const EdgeCodeProblem<T, Index>& problem,
-                                 const Program& program, const Schedule<Index>& schedule, T* out, Index* argedge) {
+                                 const Program& program, const CodeRuns& runs, const Schedule<Index>& schedule, T* out,
+                                 Index* argedge) {
   const EdgeCode<T>& p = program.p;
   if (problem.num_dst == 0 || p.width == 0) return "";
   const Geometry geo = GeometryFor(p.width, 1);
   if (!problem.softmax) {
     return WithReduce(problem.reduce, [&](auto r) {
       return ReduceWalk<decltype(r)::value>(backend, problem.csc, schedule, geo,
-                                            CodeMessageTerm<Program, Index>{problem.csc, program}, out, argedge,
-                                            problem.init);
+                                            CodeMessageTerm<Program, Index>{problem.csc, program, runs}, out,
+                                            argedge, problem.init);
     });
   }
   Scratch<Backend> scratch(backend);
@@ -168,7 +199,7 @@ std::string RunEdgeCodeWith(const Backend& backend, const EdgeCodeProblem<T, Ind
   Schedule<Index> schedule;
   NGRA_GPU_RETURN_IF_ERROR(WalkSchedule(backend, problem.plan.present() ? &problem.plan.forward : nullptr,
                                         problem.csc, problem.num_edges, config, &schedule));
-  return RunEdgeCodeScheduled(backend, problem, make(p), schedule, out, argedge);
+  return RunEdgeCodeScheduled(backend, problem, make(p), CodeRunsOf(problem.program), schedule, out, argedge);
 }
 
 template <typename T>

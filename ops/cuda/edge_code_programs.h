@@ -10,7 +10,10 @@
 //    into straight-line code, every opcode switch resolved by the compiler and
 //    every register a scalar, so they live in machine registers. This is the
 //    program's generated kernel (Seastar's and FeatGraph's approach); only
-//    the index tables, constants and operands stay run-time data.
+//    the index tables, constants and operands stay run-time data. Where every
+//    table a load reads holds adjacent columns (CodeRunsOf), its forward
+//    reads V adjacent features of each row in one vector, with no table
+//    lookup, as the templates read their rows (MessageRun).
 //
 // Both compute the same operations in the same order, so they agree to the
 // bit where the compiler contracts neither (tests/ops/test_generated_cuda.py).
@@ -18,6 +21,9 @@
 // The interface, for thread-local use by one (edge, feature):
 //   T Message(u, v, e, f, T* score): the message (and under softmax the
 //     score) of edge e (u -> v) at feature f;
+//   MessageRun<V>(u, v, e, first, column, T* out): the messages at features
+//     first .. first + V - 1, load i reading from column[i] + first (V > 1
+//     only where kScalarRuns is false);
 //   Adjoint(u, v, e, f, seeds, Adjoints* a): the program and its adjoint at
 //     (e, f); seeds(value, score, &d_value, &d_score) adds the seeds' adjoints
 //     (d_score only under softmax); a->Load(i) is then load i's adjoint.
@@ -26,6 +32,7 @@
 
 #include <cstdint>
 
+#include "ops/cuda/bodies.h"
 #include "ops/kernels/edge_code.h"
 
 // The interpreter is large, and the segment walk calls a term from a loop it
@@ -47,6 +54,7 @@ namespace gpu {
 template <typename T>
 struct InterpretedCode {
   using Value = T;
+  static constexpr bool kScalarRuns = true;  // its loads take one feature at a time
   EdgeCode<T> p;  // device pointers
 
   struct Adjoints {
@@ -84,6 +92,7 @@ struct FixedCode {
   static_assert(kN > 0 && kN <= kMaxInstructions, "a program has 1 to kMaxInstructions instructions");
   EdgeCode<T> p;  // device pointers; p.code is not read
 
+  static constexpr bool kScalarRuns = false;  // its forward reads runs where CodeRunsOf allows (MessageRun)
   template <int I, int J>
   static constexpr int32_t kField = Code::kCode[I * kInstructionInts + J];
 
@@ -106,18 +115,35 @@ struct FixedCode {
 
   NGRA_HOST_DEVICE NGRA_INLINE T Message(int64_t u, int64_t v, int64_t e, int64_t f, T* score) const {
     T r[kN];
-    Eval<0>(u, v, e, f, r);
+    Eval<0>(FromMemory{this, u, v, e, f}, r);
     if constexpr (Code::kScore >= 0) {
       if (score != nullptr) *score = r[Code::kScore];
     }
     return r[Code::kValue];
   }
 
+  // Each load's V columns in one vector, from column[i] + first on (the
+  // launch checked that its table holds adjacent columns from column[i] and
+  // that the vectors are aligned), then the program once per feature, in
+  // registers.
+  template <int V>
+  NGRA_HOST_DEVICE NGRA_INLINE void MessageRun(int64_t u, int64_t v, int64_t e, int64_t first,
+                                               const int32_t (&column)[kMaxInstructions], T* out) const {
+    T loaded[kN][V];
+    LoadRuns<0, V>(u, v, e, first, column, loaded);
+NGRA_UNROLL
+    for (int i = 0; i < V; ++i) {
+      T r[kN];
+      Eval<0>(FromRuns<V>{loaded, i}, r);
+      out[i] = r[Code::kValue];
+    }
+  }
+
   template <typename Seeds>
   NGRA_HOST_DEVICE NGRA_INLINE void Adjoint(int64_t u, int64_t v, int64_t e, int64_t f, const Seeds& seeds,
                                             Adjoints* a) const {
     T r[kN];
-    Eval<0>(u, v, e, f, r);
+    Eval<0>(FromMemory{this, u, v, e, f}, r);
     T* g = a->g;
     for (int i = 0; i < kN; ++i) g[i] = T(0);
     T unused = T(0);
@@ -130,28 +156,58 @@ struct FixedCode {
   }
 
  private:
-  // Instruction I into r[I], then the rest (as EvalFeature).
+  // The row load instruction I reads for edge e (u -> v).
   template <int I>
-  NGRA_HOST_DEVICE NGRA_INLINE void Eval(int64_t u, int64_t v, int64_t e, int64_t f, T* r) const {
+  NGRA_HOST_DEVICE NGRA_INLINE const T* RowOf(int64_t u, int64_t v, int64_t e) const {
+    constexpr int op = kField<I, 0>, b = kField<I, 2>;
+    if constexpr (op == kLoadSrc) {
+      return p.x_src + u * p.src_width;
+    } else if constexpr (op == kLoadSrcTyped) {
+      return p.x_src + u * p.src_width + static_cast<int64_t>(p.type[e]) * b;
+    } else if constexpr (op == kLoadDst) {
+      return p.x_dst + v * p.dst_width;
+    } else {
+      return p.edge + e * p.edge_width;
+    }
+  }
+
+  // Where Eval's loads come from: the operands at one feature, or the runs LoadRuns read.
+  struct FromMemory {
+    const FixedCode* code;
+    int64_t u, v, e, f;
+    template <int I>
+    NGRA_HOST_DEVICE NGRA_INLINE T Get() const {
+      return code->template RowOf<I>(u, v, e)[code->p.tables[kField<I, 1> * code->p.width + f]];
+    }
+  };
+  template <int V>
+  struct FromRuns {
+    T (*loaded)[V];
+    int i;
+    template <int I>
+    NGRA_HOST_DEVICE NGRA_INLINE T Get() const { return loaded[I][i]; }
+  };
+
+  template <int I, int V>
+  NGRA_HOST_DEVICE NGRA_INLINE void LoadRuns(int64_t u, int64_t v, int64_t e, int64_t first,
+                                             const int32_t (&column)[kMaxInstructions], T (*loaded)[V]) const {
+    if constexpr (IsLoad(kField<I, 0>)) LoadRun<V>(RowOf<I>(u, v, e) + column[I] + first, loaded[I]);
+    if constexpr (I + 1 < kN) LoadRuns<I + 1, V>(u, v, e, first, column, loaded);
+  }
+
+  // Instruction I into r[I], then the rest (as EvalFeature).
+  template <int I, typename Source>
+  NGRA_HOST_DEVICE NGRA_INLINE void Eval(const Source& source, T* r) const {
     constexpr int op = kField<I, 0>, a = kField<I, 1>, b = kField<I, 2>, k = kField<I, 3>;
     if constexpr (IsLoad(op)) {
-      const int32_t column = p.tables[a * p.width + f];
-      if constexpr (op == kLoadSrc) {
-        r[I] = p.x_src[u * p.src_width + column];
-      } else if constexpr (op == kLoadSrcTyped) {
-        r[I] = p.x_src[u * p.src_width + static_cast<int64_t>(p.type[e]) * b + column];
-      } else if constexpr (op == kLoadDst) {
-        r[I] = p.x_dst[v * p.dst_width + column];
-      } else {
-        r[I] = p.edge[e * p.edge_width + column];
-      }
+      r[I] = source.template Get<I>();
     } else if constexpr (op == kConst) {
       r[I] = p.constants[k];
     } else {
       static_assert(a < I && (!IsBinary(op) || b < I), "an instruction reads earlier registers only");
       r[I] = OpMath<op>::Value(r[a], IsBinary(op) ? r[b] : r[a], Param<op, k>());
     }
-    if constexpr (I + 1 < kN) Eval<I + 1>(u, v, e, f, r);
+    if constexpr (I + 1 < kN) Eval<I + 1>(source, r);
   }
 
   // Instruction I's adjoint sent to its operands, then the earlier ones' (as AdjointFeature).
@@ -187,6 +243,7 @@ struct FixedCode {
 template <typename T>
 struct GeneratedCode {
   using Value = T;
+  static constexpr bool kScalarRuns = false;  // as FixedCode
   struct Adjoints {};
   EdgeCode<T> p;
 };

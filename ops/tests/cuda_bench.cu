@@ -96,6 +96,7 @@ struct Bench {
   int64_t gate_width = -1;
   int32_t* gate_code = nullptr;
   int32_t* gate_tables = nullptr;
+  std::vector<int32_t> gate_host_tables;
   ~Bench() {
     if (gate_code != nullptr) cudaFree(gate_code);
     if (gate_tables != nullptr) cudaFree(gate_tables);
@@ -163,6 +164,7 @@ std::string GateProgram(Bench* b, int64_t width) {
   }
   if (status != cudaSuccess) return ngra::gpu::CudaError("copying the gate program", status);
   b->gate_width = width;
+  b->gate_host_tables = tables;
   return "";
 }
 
@@ -225,8 +227,11 @@ int GateAsEdgeCode(void* handle, const float* x2, const float* xd, int64_t width
     p.src_width = 2 * width;
     p.x_dst = xd;
     p.dst_width = width;
-    return ngra::gpu::RunEdgeCodeScheduled(backend_of(b), problem, make(p), b->plan.forward, out,
-                                           static_cast<int32_t*>(nullptr));
+    ngra::EdgeCode<float> host = p;  // the program as the op holds it: code and tables on the host
+    host.code = kGateCode;
+    host.tables = b->gate_host_tables.data();
+    return ngra::gpu::RunEdgeCodeScheduled(backend_of(b), problem, make(p), ngra::gpu::CodeRunsOf(host),
+                                           b->plan.forward, out, static_cast<int32_t*>(nullptr));
   });
 }
 

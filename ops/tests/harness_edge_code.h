@@ -399,10 +399,18 @@ struct CodeSetting {
     return out;
   }
 
-  // Finite and at most 1e3 in magnitude; m = -inf (an empty softmax row) when `empty` may be.
-  static bool Tame(const std::vector<T>& v, bool empty = false) {
+  // Finite and at most 1e3 times the graph's largest degree in magnitude (a
+  // hub's sum grows with its edges: a fixed bound refused every program on
+  // the GPU's graphs, whose hubs have thousands); m = -inf (an empty softmax
+  // row) when `empty` may be.
+  bool Tame(const std::vector<T>& v, bool empty = false) const {
+    int64_t degree = 1;
+    for (const Segments<Index>* seg : {&csc_h, &csr_h}) {
+      for (int64_t s = 0; s < seg->num_segments; ++s) degree = std::max<int64_t>(degree, seg->Degree(s));
+    }
+    const double bound = 1e3 * static_cast<double>(degree);
     for (T x : v) {
-      if (!(std::fabs(static_cast<double>(x)) <= 1e3) && !(empty && x == T(-INFINITY))) return false;
+      if (!(std::fabs(static_cast<double>(x)) <= bound) && !(empty && x == T(-INFINITY))) return false;
     }
     return true;
   }
