@@ -286,3 +286,46 @@ def test_a_wrong_nvrtc_path_is_named_not_replaced(monkeypatch, tmp_path):
     finally:
         monkeypatch.delenv(generated.NVRTC_ENV)
         generated.nvrtc.cache_clear()
+
+
+def test_the_generated_forward_reads_vectors_where_its_tables_allow(tmp_path):
+    """CodeRunsOf (ops/cuda/edge_code_launch.h) decides whether a generated forward reads runs of 4 (16
+    bytes), 2 or 1 features per load: G-GCN's gate, whose tables hold adjacent columns, reads 16-byte runs
+    from each load's first column; rows 8 bytes apart allow 8; a broadcast table (attention's per-head
+    scores) or a first column off the run keeps one feature. The emulated checks above would pass with
+    scalar runs too, so this is what keeps the vectors."""
+    code = gate(8)
+    ints = ", ".join(str(v) for v in code.attrs()["code"])
+    broadcast = np.array(code.tables, np.int32)
+    broadcast[0] = 0  # every feature reads column 0
+    shifted = np.array(code.tables, np.int32)
+    shifted[2] += 1  # c's columns start at 9, off a run boundary
+
+    def tables(t):
+        return ", ".join(str(v) for v in np.asarray(t, np.int32).ravel())
+
+    cases = [("gate", tables(code.tables), 16), ("gate, rows 8 bytes apart", tables(code.tables), 18),
+             ("broadcast", tables(broadcast), 16), ("shifted", tables(shifted), 18)]
+    body = ["#include <cstdio>", '#include "ops/cuda/backend_host.h"', '#include "ops/cuda/edge_code_launch.h"',
+            "alignas(16) static float rows[64];", "int main() {",
+            f"  const int32_t code[] = {{{ints}}};"]
+    for i, (name, t, src_width) in enumerate(cases):
+        body += [f"  const int32_t tables{i}[] = {{{t}}};", "  {", "    ngra::EdgeCode<float> p;",
+                 f"    p.code = code; p.num_instructions = {len(code.instructions)}; p.tables = tables{i};",
+                 f"    p.width = 8; p.x_src = rows; p.src_width = {src_width}; p.x_dst = rows; p.dst_width = 8;",
+                 "    const ngra::gpu::CodeRuns runs = ngra::gpu::CodeRunsOf(p);",
+                 f'    std::printf("{name}: %lld", static_cast<long long>(runs.bytes));',
+                 f"    for (int k = 0; k < {len(code.instructions)}; ++k) {{",
+                 '      if (ngra::IsLoad(code[k * ngra::kInstructionInts])) std::printf(" %d", runs.column[k]);',
+                 "    }", '    std::printf("\\n");', "  }"]
+    source = tmp_path / "runs.cc"
+    source.write_text("\n".join(body + ["}", ""]))
+    binary = tmp_path / "runs"
+    build = subprocess.run([COMPILER, "-std=c++17", "-I", str(ROOT), str(source), "-o", str(binary)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert printed[0] == "gate: 16 0 0 8"  # a and c from x_src's columns 0 and 8, b from x_dst's column 0
+    assert printed[1].startswith("gate, rows 8 bytes apart: 8 ")
+    assert printed[2].startswith("broadcast: 4")
+    assert printed[3].startswith("shifted: 4")
