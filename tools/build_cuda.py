@@ -187,11 +187,11 @@ def build_bench_lib(archs, out, nvcc=None, verbose=False, defines=()) -> str:
         raise RuntimeError("nvcc not found")
     extra = [f"-D{d}" for d in defines]
     flags = common_flags(archs) + extra
-    objects = compile_jobs([(BENCH, flags)], out, nvcc, verbose=verbose)
     suffix = "-" + hashlib.sha1(" ".join(extra).encode()).hexdigest()[:8] if extra else ""
     target = os.path.join(out, f"libngra_bench{suffix}.so")
     flags_key = " ".join(flags) + " bench"
-    if not _up_to_date(target, flags_key):
+    if not _up_to_date(target, flags_key):  # an up-to-date library needs no objects (one carried to a GPU has none)
+        objects = compile_jobs([(BENCH, flags)], out, nvcc, verbose=verbose)
         link(objects, target, nvcc, shared=True, verbose=verbose)
         with open(target + ".flags", "w") as f:
             f.write(flags_key)

@@ -24,7 +24,11 @@
 # again (51 s). On an H200 the quick harness took 104-118 s, memcheck over
 # "d=1 " 38-45 s, racecheck over "d=1 chunk=256" 81 s (over "d=1 " it did not
 # finish its first group in 110 s); the whole harness did not finish its first
-# group in 180 s, and bench with --widths=128 took 190 s.
+# group in 180 s, and bench with --widths=128 took 190 s. On 2026-11-28 (H200):
+# quick 105 s (the generated check 3 s of it), bench --widths=128 157 s (37 s of
+# it compiling the bench library's object again, which its carried library did
+# not need: no longer done), memcheck 37 s, racecheck 73 s, and the whole
+# harness again stopped at 180 s, after its ops groups (172 s).
 set -u
 out=${1:-build/gpu-check}
 steps=${2:-build,quick,bench,full,memcheck,racecheck}
