@@ -13,7 +13,7 @@ Two choices, made once, say how a stage runs:
     lanes      OneDevice | Ring: which devices run the steps (ngra_tf.runtime.lanes)
 
 In memory on one device a graph layer runs on all rows at once (WholeStage,
-its prologue under a tape kept for backward); otherwise every stage is a
+its prologue and its ApplyVertex under tapes kept for backward); otherwise every stage is a
 loop over interval blocks (BlockedStage). Either way a stage's forward and
 backward are functions traced once per *signature* (its compiled program,
 widths, schedule) and called with each layer's own variables and states
@@ -283,8 +283,16 @@ class Executor:
             sparse = isinstance(xs[0], tf.SparseTensor)
             record = self.shared(("whole_forward", program.kernels.signature, training, sparse), program.forward,
                                  {"y": xs[0], "layer": variables}, program.name + "_forward")
-            return record["out"], {"prologue": prologue, "program": program, "y": xs[0], "layer": variables,
-                                   "record": record, "weights": weights}
+            # ApplyVertex on all rows under a tape kept for backward, as the prologue: TensorFlow keeps its
+            # intermediates, where running it again in the backward function cost GG-NN a quarter of its step.
+            k = program.kernels.bind(variables)
+            inputs = list(record["accumulated"]) + list(record["vertex_rows"])
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(inputs)
+                out = k.vertex(inputs[:len(k.reduces)], dict(zip(k.vertex_keys, inputs[len(k.reduces):])))
+            vertex = {"tape": tape, "inputs": inputs, "output": out, "weights": k.weights}
+            return out, {"prologue": prologue, "program": program, "y": xs[0], "layer": variables,
+                         "record": record, "weights": weights, "vertex": vertex}
         program, variables, weights = self._blocked_stage(index, stage, xs, training)
         prefix = self.spill_prefix(f"L{index}_forward")
         args = {"prologue": variables["prologue"], "layer": variables["layer"], "inputs": _states(xs),
@@ -302,11 +310,15 @@ class Executor:
             program = record["program"]
             if self.whole:
                 sparse = isinstance(record["y"], tf.SparseTensor)
+                vertex = record["vertex"]
+                d_vertex = gradients(vertex["tape"], vertex["output"], vertex["inputs"] + vertex["weights"], d_out)
+                n, m = len(program.kernels.reduces), len(vertex["inputs"])
                 result = self.shared(("whole_backward", program.kernels.signature, training, sparse),
                                      program.backward,
                                      {"y": record["y"], "layer": record["layer"], "record": record["record"],
-                                      "d_out": d_out}, program.name + "_backward")
-                _add(grads, record["weights"], result["d_weights"])
+                                      "d_accumulated": d_vertex[:n], "d_vertex": d_vertex[n:m]},
+                                     program.name + "_backward")
+                _add(grads, record["weights"], [a + b for a, b in zip(d_vertex[m:], result["d_weights"])])
                 d_out = result["d_y"]
             else:
                 prefix = self.spill_prefix(f"L{index}_backward")

@@ -3,18 +3,19 @@
     forward   H  the hoisted vertex stage on all rows (in the user's order), then put in interval order and
                  cut into device blocks
               C  ChunkLoops.forward: every chunk of the packed partition into its column's accumulators
-              V  the accumulators finished (mean: divided by the in-degree), back in the user's order, and
-                 ApplyVertex on all rows
-    backward  V's vector-Jacobian product (ApplyVertex recomputed under a tape), C's backward loop, then H's
-              (the hoisted stage recomputed under a tape: what is linear in its input costs nothing, only
-              its gradient runs)
+                 the accumulators finished (mean: divided by the in-degree), back in the user's order: with
+                 the hoisted rows ApplyVertex reads, what the forward returns
+    backward  from d of those: C's backward loop, then H's (the hoisted stage recomputed under a tape: what
+              is linear in its input costs nothing, only its gradient runs)
 
-H and V draw their random numbers (dropout inside apply_vertex, say) again
-in backward from the seed states the forward started from. The stage's
-prologue (per-vertex layers before the graph layer) runs in the executor,
-on all rows, under a tape it keeps. `WholeStage` is made from the first
-layer of its signature; `forward` and `backward` take a layer's variables
-and states as arguments (ngra_tf.runtime.shared).
+ApplyVertex (V) runs in the executor, on all rows, under a tape it keeps, as
+the stage's prologue (per-vertex layers before the graph layer) does: its
+backward is TensorFlow's own, from the forward's intermediates. Run again
+here, under a tape of this function, it cost GG-NN's GRU cell a quarter of
+its step. H draws its random numbers again in backward from the seed states
+the forward started from. `WholeStage` is made from the first layer of its
+signature; `forward` and `backward` take a layer's variables and states as
+arguments (ngra_tf.runtime.shared).
 """
 
 from __future__ import annotations
@@ -38,11 +39,11 @@ class WholeStage:
         return k, self.loops.bind(k)
 
     def forward(self, args):
-        """args: y (the prologue's rows, dense or sparse), layer (variables). Returns the output and what backward
-        needs."""
+        """args: y (the prologue's rows, dense or sparse), layer (variables). Returns ApplyVertex's inputs (the
+        finished accumulators, the hoisted vertex rows in k.vertex_keys' order) and what backward needs."""
         k, loops = self._bind(args)
         y = args["y"]
-        hoist_seeds, vertex_seeds = k.seeds(k.hoist_variables()), k.seeds(k.vertex_variables())
+        hoist_seeds = k.seeds(k.hoist_variables())
         hoist_bases = tuple(v.read_value() for v in hoist_seeds)
         hoisted = k.hoist(y)
         rows = self._device_arrays({key: self.executor.to_intervals(hoisted[key])
@@ -53,35 +54,24 @@ class WholeStage:
         accumulated = [self.executor.to_users(column_result(columns.blocks[f"acc{r}"].concat(columns.states[f"acc{r}"]),
                                                       reduce, loops.degree))
                        for r, reduce in enumerate(k.reduces)]
-        vertex_bases = tuple(v.read_value() for v in vertex_seeds)
-        out = k.vertex(accumulated, {key: hoisted[key] for key in k.vertex_keys})
-        return {"out": out, "rows": [rows.states[key] for key in rows.blocks],
-                "columns": [columns.states[name] for name in columns.blocks], "accumulated": accumulated,
-                "seeds": (hoist_bases, chunk_seeds, vertex_bases)}
+        return {"accumulated": accumulated, "vertex_rows": [hoisted[key] for key in k.vertex_keys],
+                "rows": [rows.states[key] for key in rows.blocks],
+                "columns": [columns.states[name] for name in columns.blocks], "seeds": (hoist_bases, chunk_seeds)}
 
     def backward(self, args):
-        """args: y, layer, record (forward's), d_out. Returns d y and d weights (the layer's weights order)."""
+        """args: y, layer, record (forward's), d_accumulated and d_vertex (d of what the forward returned).
+        Returns d y and d weights (the layer's weights order) of H and C."""
         k, loops = self._bind(args)
-        y, record, d_out = args["y"], args["record"], args["d_out"]
-        hoist_bases, chunk_seeds, vertex_bases = record["seeds"]
-        hoist_seeds, vertex_seeds = k.seeds(k.hoist_variables()), k.seeds(k.vertex_variables())
-        ends = [v.read_value() for v in hoist_seeds + vertex_seeds]  # as the forward left them
+        y, record, d_accumulated = args["y"], args["record"], args["d_accumulated"]
+        hoist_bases, chunk_seeds = record["seeds"]
+        hoist_seeds = k.seeds(k.hoist_variables())
+        ends = [v.read_value() for v in hoist_seeds]  # as the forward left them
         set_seeds(hoist_seeds, hoist_bases, 0)
         sparse = isinstance(y, tf.SparseTensor)  # the model's features: no gradient
         with tf.GradientTape(persistent=True) as hoist_tape:
             if not sparse:
                 hoist_tape.watch(y)
             hoisted = k.hoist(y)
-        # V: ApplyVertex again, from the kept accumulators.
-        vertex_rows = {key: hoisted[key] for key in k.vertex_keys}
-        accumulated = list(record["accumulated"])
-        set_seeds(vertex_seeds, vertex_bases, 0)
-        with tf.GradientTape() as tape:
-            tape.watch(accumulated + list(vertex_rows.values()))
-            out = k.vertex(accumulated, vertex_rows)
-        result = gradients(tape, out, accumulated + list(vertex_rows.values()) + k.weights, d_out)
-        n, m = len(accumulated), len(vertex_rows)
-        d_accumulated, d_vertex, d_weights = result[:n], result[n:n + m], result[n + m:]
         # C: the chunks' backward.
         keys = k.source_keys + k.dest_keys
         rows = Arrays(self._device_blocks({key: k.key_specs()[key] for key in keys}),
@@ -93,15 +83,15 @@ class WholeStage:
         d_states, chunk_weights = loops.backward(rows, self._chunks(), columns, d_columns, d_rows, chunk_seeds)
         d_rows = d_rows.with_states(d_states)
         d_hoisted = {key: self.executor.to_users(d_rows.blocks[key].concat(d_rows.states[key])) for key in keys}
-        d_hoisted.update(zip(vertex_rows, d_vertex))
+        d_hoisted.update(zip(k.vertex_keys, args["d_vertex"]))
         # H: the hoisted stage's backward.
         names = list(hoisted)
         result = gradients(hoist_tape, [hoisted[key] for key in names], ([] if sparse else [y]) + k.weights,
                            [d_hoisted.get(key, tf.zeros_like(hoisted[key])) for key in names])
-        for variable, end in zip(hoist_seeds + vertex_seeds, ends):
+        for variable, end in zip(hoist_seeds, ends):
             variable.assign(end)
         d_y, d_hoist_weights = (None, result) if sparse else (result[0], result[1:])
-        weights = [a + b + c for a, b, c in zip(d_weights, chunk_weights, d_hoist_weights)]
+        weights = [a + b for a, b in zip(chunk_weights, d_hoist_weights)]
         return {"d_y": d_y, "d_weights": weights}
 
     # ---- arrays ----
