@@ -131,8 +131,7 @@ LoadUses UploadUses(const Backend& backend, Scratch<Backend>& scratch, const Hos
 template <typename T>
 CodeRuns CodeRunsOf(const EdgeCode<T>& host) {
   CodeRuns runs;
-  runs.bytes = sizeof(T);
-  for (int64_t bytes = 16; bytes > static_cast<int64_t>(sizeof(T)) && runs.bytes == sizeof(T); bytes /= 2) {
+  for (int64_t bytes = 16; bytes > static_cast<int64_t>(sizeof(T)); bytes /= 2) {
     const int64_t run = bytes / static_cast<int64_t>(sizeof(T));
     bool ok = true;
     for (int i = 0; i < host.num_instructions && ok; ++i) {
@@ -146,8 +145,12 @@ CodeRuns CodeRunsOf(const EdgeCode<T>& host) {
                                         : RowsAligned(host.x_src, host.src_width, bytes));
       runs.column[i] = table[0];
     }
-    if (ok) runs.bytes = bytes;
+    if (ok) {
+      runs.bytes = bytes;
+      return runs;
+    }
   }
+  runs.bytes = sizeof(T);
   return runs;
 }
 

@@ -263,6 +263,7 @@ struct CodeSetting {
   gpu::WalkConfig config;
   Tally& tally;
   Segments<Index> csc_h, csr_h;
+  int64_t max_degree = 1;  // of either side, at least 1 (Tame's bound)
   const Index *csc_indptr_d = nullptr, *csc_src_d = nullptr, *csr_indptr_d = nullptr, *csr_dst_d = nullptr,
               *csr_edge_d = nullptr;
   // The graph prepared once per chunk size (PrepareGraph); every other case
@@ -277,6 +278,9 @@ struct CodeSetting {
     csc_h = Segments<Index>{g.csc_indptr.data(), E ? g.csc_src.data() : nullptr, nullptr, g.num_dst};
     csr_h = Segments<Index>{g.csr_indptr.data(), E ? g.csr_dst.data() : nullptr, E ? g.csr_edge.data() : nullptr,
                             g.num_src};
+    for (const Segments<Index>* seg : {&csc_h, &csr_h}) {
+      for (int64_t s = 0; s < seg->num_segments; ++s) max_degree = std::max<int64_t>(max_degree, seg->Degree(s));
+    }
     csc_indptr_d = rt.Put(g.csc_indptr);
     csc_src_d = rt.Put(g.csc_src);
     csr_indptr_d = rt.Put(g.csr_indptr);
@@ -404,11 +408,7 @@ struct CodeSetting {
   // the GPU's graphs, whose hubs have thousands); m = -inf (an empty softmax
   // row) when `empty` may be.
   bool Tame(const std::vector<T>& v, bool empty = false) const {
-    int64_t degree = 1;
-    for (const Segments<Index>* seg : {&csc_h, &csr_h}) {
-      for (int64_t s = 0; s < seg->num_segments; ++s) degree = std::max<int64_t>(degree, seg->Degree(s));
-    }
-    const double bound = 1e3 * static_cast<double>(degree);
+    const double bound = 1e3 * static_cast<double>(max_degree);
     for (T x : v) {
       if (!(std::fabs(static_cast<double>(x)) <= bound) && !(empty && x == T(-INFINITY))) return false;
     }

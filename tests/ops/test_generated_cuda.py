@@ -248,6 +248,17 @@ def test_explain_says_how_edge_code_runs_on_gpus(monkeypatch):
             "to its path") in layer.explain()
 
 
+def _host_program(path, lines):
+    """The lines of a C++ program (the repository on its include path) compiled for the host at path and run:
+    what it printed, line by line."""
+    source = path.with_suffix(".cc")
+    source.write_text("\n".join(lines))
+    build = subprocess.run([COMPILER, "-std=c++17", "-I", str(ROOT), str(source), "-o", str(path)],
+                           capture_output=True, text=True, timeout=300)
+    assert build.returncode == 0, build.stderr[-3000:]
+    return subprocess.run([str(path)], capture_output=True, text=True, check=True).stdout.splitlines()
+
+
 def test_the_gpu_kernel_looks_up_the_kernels_python_names(tmp_path):
     """The op's GPU kernel finds a module's kernels by its program's signature (EdgeCodeAttrs::
     GeneratedSignature and GeneratedKernelSuffix, ops/cuda): the same string and hash as generated.py's, so a
@@ -262,13 +273,7 @@ def test_the_gpu_kernel_looks_up_the_kernels_python_names(tmp_path):
                  f'  a.reduce = "{reduce}";', f"  s = a.GeneratedSignature<{t}, {index}>();",
                  '  std::printf("%s\\n%s\\n", s.c_str(), ngra::gpu::GeneratedKernelSuffix(s).c_str());']
     body.append('  for (const char* name : ngra::gpu::kGeneratedKernelNames) std::printf("%s\\n", name);')
-    source = tmp_path / "signature.cc"
-    source.write_text("\n".join(body + ["}", ""]))
-    binary = tmp_path / "signature"
-    build = subprocess.run([COMPILER, "-std=c++17", "-I", str(ROOT), str(source), "-o", str(binary)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.splitlines()
+    printed = _host_program(tmp_path / "signature", body + ["}", ""])
     want = []
     for code, *_, dtype, index, reduce in programs:
         signed = generated.cuda_signature(code, dtype, index, reduce)
@@ -318,13 +323,7 @@ def test_the_generated_forward_reads_vectors_where_its_tables_allow(tmp_path):
                  f"    for (int k = 0; k < {len(code.instructions)}; ++k) {{",
                  '      if (ngra::IsLoad(code[k * ngra::kInstructionInts])) std::printf(" %d", runs.column[k]);',
                  "    }", '    std::printf("\\n");', "  }"]
-    source = tmp_path / "runs.cc"
-    source.write_text("\n".join(body + ["}", ""]))
-    binary = tmp_path / "runs"
-    build = subprocess.run([COMPILER, "-std=c++17", "-I", str(ROOT), str(source), "-o", str(binary)],
-                           capture_output=True, text=True, timeout=300)
-    assert build.returncode == 0, build.stderr[-3000:]
-    printed = subprocess.run([str(binary)], capture_output=True, text=True, check=True).stdout.splitlines()
+    printed = _host_program(tmp_path / "runs", body + ["}", ""])
     assert printed[0] == "gate: 16 0 0 8"  # a and c from x_src's columns 0 and 8, b from x_dst's column 0
     assert printed[1].startswith("gate, rows 8 bytes apart: 8 ")
     assert printed[2].startswith("broadcast: 4")
