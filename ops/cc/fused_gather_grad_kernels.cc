@@ -12,6 +12,33 @@ using ::tensorflow::OpKernel;
 using ::tensorflow::OpKernelConstruction;
 using ::tensorflow::TensorShape;
 
+// The source-side walk reads edge weights in CSR order, at random in the
+// CSC-ordered weight array, one lookup per edge on the walk's critical path
+// (on reddit-small, 20-30 % of the walk). One pass over the edges copies them
+// into CSR order first, so the walk reads them in sequence. Only one weight
+// per edge, and only where the walk needs no edge id for anything else (max /
+// min compare ids, typed programs pick a slot by edge): the order of the sum
+// is unchanged, so the result is bit for bit the same.
+template <typename Program, bool kArg, WeightKind K, typename T, typename Index>
+absl::Status WeightsInCsrOrder(OpKernelContext* ctx, int64_t num_edges, Segments<Index>* csr, Operands<T>* in,
+                               Tensor* storage) {
+  if constexpr (K == WeightKind::kScalar && !kArg && !Program::kUsesType) {
+    if (csr->edge_ids == nullptr) return absl::OkStatus();
+    TF_RETURN_IF_ERROR(ctx->allocate_temp(::tensorflow::DataTypeToEnum<T>::value, TensorShape({num_edges}), storage));
+    T* ordered = storage->flat<T>().data();
+    const Segments<Index> by_source = *csr;
+    const T* weight = in->weight;
+    RunSegments(ctx, by_source, /*width=*/1, [&](int64_t first, int64_t last) {
+      for (Index k = by_source.Begin(first), end = by_source.Begin(last); k < end; ++k) {
+        ordered[k] = weight[by_source.edge_ids[k]];
+      }
+    });
+    in->weight = ordered;
+    csr->edge_ids = nullptr;  // position k now reads weight k
+  }
+  return absl::OkStatus();
+}
+
 template <typename T, typename Index>
 class FusedGatherGradOp : public OpKernel {
  public:
@@ -62,8 +89,12 @@ class FusedGatherGradOp : public OpKernel {
           constexpr bool kArg = decltype(arg_tag)::value;
           const EdgeGrad<kArg, T, Index> eg{g, a, width, args.num_dst};
           if (wrt_ == "x_src") {
-            RunSegments(ctx, args.csr, width, [&](int64_t first, int64_t last) {
-              FusedGatherGradSrc<P, kArg, K>(args.csr, args.in, eg, first, last, o);
+            Segments<Index> csr = args.csr;
+            Operands<T> in = args.in;
+            Tensor ordered;
+            OP_REQUIRES_OK(ctx, (WeightsInCsrOrder<P, kArg, K>(ctx, args.num_edges, &csr, &in, &ordered)));
+            RunSegments(ctx, csr, width, [&](int64_t first, int64_t last) {
+              FusedGatherGradSrc<P, kArg, K>(csr, in, eg, first, last, o);
             });
           } else if (wrt_ == "x_dst") {
             if constexpr (P::kUsesDst) {

@@ -403,8 +403,8 @@ inline void CodeEdgeGrad(const Code& code, const EdgeCode<T>& p, const CodeSeed<
 }
 
 // What a gradient walk reads at random, a few edges ahead (the forward's walk prefetches the same way):
-// walking sources (CSR), the destination's seed rows (softmax: d acc, d sum and the finished maximum) and
-// its loaded row; walking destinations (CSC), the source's row.
+// walking sources (CSR), the destination's seed rows (softmax: d acc, d sum and the finished maximum), its
+// loaded row and the edge's own row (edge rows are in CSC order); walking destinations (CSC), the source's row.
 constexpr int64_t kPrefetchMax = 1024;
 
 template <Seed S, typename T, typename Index>
@@ -419,6 +419,12 @@ NGRA_PREFETCH_INLINE void PrefetchDestination(const EdgeCode<T>& p, const CodeSe
   if (p.x_dst != nullptr) PrefetchBytes(p.x_dst + v * p.dst_width, std::min<int64_t>(p.dst_width * sizeof(T), kPrefetchMax));
 }
 
+template <typename T>
+NGRA_PREFETCH_INLINE void PrefetchEdge(const EdgeCode<T>& p, int64_t e) {
+  if (p.edge != nullptr) PrefetchBytes(p.edge + e * p.edge_width, std::min<int64_t>(p.edge_width * sizeof(T), kPrefetchMax));
+  if (p.type != nullptr) __builtin_prefetch(p.type + e);
+}
+
 // d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide.
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
@@ -431,7 +437,10 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
     std::memset(row, 0, sizeof(T) * p.src_width);
     if (!reaches) continue;
     for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
-      if (k + kPrefetchDistance < csr.End(last - 1)) PrefetchDestination(p, seed, csr.Row(k + kPrefetchDistance));
+      if (k + kPrefetchDistance < csr.End(last - 1)) {
+        PrefetchDestination(p, seed, csr.Row(k + kPrefetchDistance));
+        PrefetchEdge(p, csr.Edge(k + kPrefetchDistance));
+      }
       CodeEdgeGrad(code, p, seed, kLoadSrc, u, csr.Row(k), csr.Edge(k), regs, row);
     }
   }
