@@ -79,6 +79,26 @@ NGRA_HOST_DEVICE auto EdgeWeight(const Operands<T>& in, int64_t e) {
 }
 
 #ifndef __CUDACC_RTC__  // the CPU walks (NVRTC compiles device code only)
+
+// Calls step(j, w) for j in [0, count), w reading the weight of edge e at
+// feature f0 + j. Block weights (one per head) are read once per run of a
+// head's features: `f / block` per feature is a scalar integer division that
+// stops the loop from vectorising (on GAT's [edges, heads] weights it took
+// most of the walk). The features are visited in the same order.
+template <WeightKind K, typename T, typename Step>
+inline void ForEachWeighted(const Operands<T>& in, int64_t e, int64_t f0, int64_t count, Step&& step) {
+  const auto w = EdgeWeight<K>(in, e);
+  if constexpr (K == WeightKind::kBlock) {
+    int64_t head = f0 / w.block, j = 0, next = (head + 1) * w.block - f0;  // next: the first j of the next head
+    for (; j < count; ++head, next += w.block) {
+      const ScalarWeight<T> per_head{w.row[head]};
+      for (const int64_t end = next < count ? next : count; j < end; ++j) step(j, per_head);
+    }
+  } else {
+    for (int64_t j = 0; j < count; ++j) step(j, w);
+  }
+}
+
 // ---- The segment walk shared by the forward pass and the gradients ----
 //
 // Vertex-parallel and edge-sequential: a segment's output tile stays in
@@ -234,9 +254,10 @@ struct ForwardWalk {
     const Index e = csc.Edge(k);
     const T* __restrict src = Src(k);
     const T* __restrict t = Program::kUsesDst ? in.x_dst + v * in.width : nullptr;
-    const auto w = EdgeWeight<K>(in, e);
     const int64_t width = in.width;
-    for (int64_t j = 0; j < count; ++j) Red::Step(acc[j], win[j], Program::Message(src, t, w, f0 + j, width), e);
+    ForEachWeighted<K>(in, e, f0, count, [&](int64_t j, const auto& w) {
+      Red::Step(acc[j], win[j], Program::Message(src, t, w, f0 + j, width), e);
+    });
   }
 };
 
@@ -295,11 +316,10 @@ struct SrcGradWalk {
     const Index v = csr.Row(k), e = csr.Edge(k);
     const T* __restrict src = in.x_src + in.template SrcOffset<Program>(static_cast<Index>(u), e);
     const T* __restrict t = Program::kUsesDst ? in.x_dst + static_cast<int64_t>(v) * in.width : nullptr;
-    const auto w = EdgeWeight<K>(in, e);
     const T* __restrict grad = g.Row(v);
     const Index* __restrict won = g.ArgRow(v);
     const int64_t width = in.width;
-    for (int64_t j = 0; j < count; ++j) {
+    ForEachWeighted<K>(in, e, f0, count, [&](int64_t j, const auto& w) {
       const int64_t f = f0 + j;
       const bool reaches = !kArg || won[f] == e;
       // One expression per part in one loop body: the compiler shares what
@@ -307,7 +327,7 @@ struct SrcGradWalk {
       for (int p = 0; p < kParts; ++p) {
         acc[p * kStride + j] += reaches ? Program::SrcGrad(p, grad[f], src, t, w, f, width) : T(0);
       }
-    }
+    });
   }
 };
 
@@ -362,18 +382,17 @@ struct DstGradWalk {
     const Index e = csc.Edge(k);
     const T* __restrict src = in.x_src + in.template SrcOffset<Program>(csc.Row(k), e);
     const T* __restrict t = in.x_dst + v * in.width;
-    const auto w = EdgeWeight<K>(in, e);
     const T* __restrict grad = g.Row(static_cast<Index>(v));
     const Index* __restrict won = g.ArgRow(static_cast<Index>(v));
     const int64_t width = in.width;
-    for (int64_t j = 0; j < count; ++j) {
+    ForEachWeighted<K>(in, e, f0, count, [&](int64_t j, const auto& w) {
       const int64_t f = f0 + j;
       if constexpr (kArg) {
         acc[j] += won[f] == e ? Program::DstGrad(grad[f], src, t, w, f, width) : T(0);
       } else {
         acc[j] += Program::DstGrad(grad[f], src, t, w, f, width);
       }
-    }
+    });
   }
 };
 
@@ -405,13 +424,17 @@ void FusedGatherGradWeight(const Segments<Index>& csc, const Operands<T>& in,
       const int64_t block = width / ww;
       const T* grad = g.Row(static_cast<Index>(v));
       const Index* win = g.ArgRow(static_cast<Index>(v));
-      for (int64_t f = 0; f < width; ++f) {
-        if (!kArg || win[f] == e) {
-          const T x = Program::WeightGrad(grad[f], src, t, f, width);
-          if constexpr (K == WeightKind::kVector) {
-            dw[f] = x;
-          } else {
-            dw[f / block] += x;
+      // Block weights: a head's features in a run of their own, added in
+      // feature order (no division per feature).
+      for (int64_t head = 0, f = 0; f < width; ++head) {
+        for (const int64_t end = K == WeightKind::kVector ? width : f + block; f < end; ++f) {
+          if (!kArg || win[f] == e) {
+            const T x = Program::WeightGrad(grad[f], src, t, f, width);
+            if constexpr (K == WeightKind::kVector) {
+              dw[f] = x;
+            } else {
+              dw[head] += x;
+            }
           }
         }
       }
