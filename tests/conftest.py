@@ -18,7 +18,6 @@ THINNED = {
     # CSR features from a store: one model, a tile per interval (every model, and many tiles, in test-slow; the
     # README's store block trains from Cora's CSR store with train.py)
     "tests/runtime/test_sparse_store.py::test_training_from_csr_equals_the_dense_store": {"gcn"},
-    "tests/runtime/test_stream.py::test_the_chunk_cache_reads_the_least_the_schedule_needs": {"gcn-spill"},
     # two functional models, in memory and from a store (the full 4 x 11 matrix, devices included, in test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
         "resgcn-memory-P3-ngra", "sage-store-P4-recompute-disk"},
@@ -29,11 +28,10 @@ THINNED = {
     # one case per store configuration (P, format, spill policy, host tier), each with another model
     "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {
         "gcn-1-npy-recompute-memory", "commnet-3-npy-spill-disk", "mpgcn-4-hdf5-spill-memory"},
-    # a sum, a max and an attention model at P > 1 (every model at P > 1: test_models, test_stream)
-    "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {
-        "gcn-8", "mpgcn-3", "gat-2"},
+    # a sum and a max model at P > 1 (every model at P > 1: test_models, test_stream; attention at P > 1 in
+    # test_stream's dest-order-gat-recompute)
+    "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {"gcn-8", "mpgcn-3"},
     "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": {"gcn-2-ring-spill"},
-    "tests/compiler/test_compiler_columns.py::test_negative_max_min_columns_match_dense": {"3-False"},
     "tests/compiler/test_compiler_rewrites.py::test_custom_layers_match_their_direct_run_at_every_chunk_count": {
         "MeanMaxMin-None", "PerFeatureWeight-per_feature"},
     "tests/runtime/test_stream.py::test_selective_scheduling_gives_the_same_result": {"mpgcn"},
@@ -44,7 +42,6 @@ THINNED = {
     "tests/compiler/test_edge_code.py::test_edge_code_gradients_equal_numeric_ones": {"1-softmax"},
     "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": {"stage-gcn-spill", "dest-order-gat-recompute"},
     "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
-    "tests/runtime/test_stream.py::test_train_py_stays_within_the_smallest_budget_it_accepts": {"gcn"},
     "tests/runtime/test_stream.py::test_dropout_draws_are_replayed_in_backward": {"gat"},
     "tests/layers/test_training.py::test_example_on_cora": {"ggnn"},
     "tests/graph/test_propagation_invariant.py::test_chunks_reassemble_the_whole_graph": {
@@ -100,6 +97,16 @@ SLOW = {
     "tests/parallel/test_train_devices.py::test_devices_train_like_one_device_and_report_traffic",
     "tests/ops/test_fuzz.py::test_absurd_sizes_fail_cleanly",
     "tests/ops/test_fuzz.py::test_raw_ops_never_crash_on_malformed_input",
+    # (a fresh clone's make test took 12:07 on 2026-11-28, on a machine 1.4-1.5x slower than the day before; the
+    # default suite keeps what each covers: reads against the plan's least in
+    # test_train_py_reports_what_each_epoch_read_against_the_plans_least, a budget the partition tool chose in
+    # test_the_p_a_budget_gives_trains_under_that_budget, max / min across columns in test_compiler_invariance's
+    # mpgcn-3, and stores trained from in the README's store block)
+    "tests/runtime/test_stream.py::test_the_chunk_cache_reads_the_least_the_schedule_needs",
+    "tests/runtime/test_stream.py::test_train_py_stays_within_the_smallest_budget_it_accepts",
+    "tests/compiler/test_compiler_columns.py::test_negative_max_min_columns_match_dense",
+    "tests/test_readme.py::test_readme_block[docs/guide/stores.md@36]",
+    "tests/test_readme.py::test_readme_block[docs/guide/stores.md@123]",
 }
 
 
@@ -111,8 +118,12 @@ def pytest_collection_modifyitems(config, items):
         params = params.rstrip("]")
         seen.setdefault(base, set()).add(params)
         keep = THINNED.get(base)
-        if base in SLOW or (keep is not None and params not in keep):
+        if base in SLOW or item.nodeid in SLOW or (keep is not None and params not in keep):
             item.add_marker(pytest.mark.slow)
+    ids = {item.nodeid for item in items}
+    for case in SLOW:  # a moved README block must not leave SLOW naming nothing
+        if "[" in case and case.partition("[")[0] in seen and case not in ids:
+            raise pytest.UsageError(f"conftest.SLOW names {case}, which is not collected")
     for base, keep in THINNED.items():  # a renamed case must not leave its class out of the default suite
         if base in seen and not keep <= seen[base]:
             raise pytest.UsageError(f"conftest.THINNED keeps {sorted(keep - seen[base])} of {base}, "
