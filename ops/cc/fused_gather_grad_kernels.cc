@@ -26,12 +26,10 @@ absl::Status WeightsInCsrOrder(OpKernelContext* ctx, int64_t num_edges, Segments
     if (csr->edge_ids == nullptr) return absl::OkStatus();
     TF_RETURN_IF_ERROR(ctx->allocate_temp(::tensorflow::DataTypeToEnum<T>::value, TensorShape({num_edges}), storage));
     T* ordered = storage->flat<T>().data();
-    const Segments<Index> by_source = *csr;
     const T* weight = in->weight;
-    RunSegments(ctx, by_source, /*width=*/1, [&](int64_t first, int64_t last) {
-      for (Index k = by_source.Begin(first), end = by_source.Begin(last); k < end; ++k) {
-        ordered[k] = weight[by_source.edge_ids[k]];
-      }
+    const Index* ids = csr->edge_ids;
+    RunSegments(ctx, *csr, /*width=*/1, [&](int64_t first, int64_t last) {
+      for (Index k = csr->Begin(first), end = csr->Begin(last); k < end; ++k) ordered[k] = weight[ids[k]];
     });
     in->weight = ordered;
     csr->edge_ids = nullptr;  // position k now reads weight k

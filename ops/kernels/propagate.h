@@ -307,7 +307,8 @@ struct SrcGradWalk {
     const Index v = csr.Row(k);
     PrefetchBytes(g.Row(v) + f0, n * sizeof(T));
     if (Program::kUsesDst) PrefetchBytes(in.x_dst + static_cast<int64_t>(v) * in.width + f0, n * sizeof(T));
-    // Weights are in CSC order: this walk reads them at random too.
+    // Weights are in CSC order: this walk reads them at random too, unless
+    // FusedGatherGradOp copied them into CSR order (WeightsInCsrOrder).
     if constexpr (K == WeightKind::kScalar) __builtin_prefetch(in.weight + csr.Edge(k));
   }
   template <typename Red, int64_t kStride>
@@ -424,17 +425,14 @@ void FusedGatherGradWeight(const Segments<Index>& csc, const Operands<T>& in,
       const int64_t block = width / ww;
       const T* grad = g.Row(static_cast<Index>(v));
       const Index* win = g.ArgRow(static_cast<Index>(v));
-      // Block weights: a head's features in a run of their own, added in
-      // feature order (no division per feature).
-      for (int64_t head = 0, f = 0; f < width; ++head) {
-        for (const int64_t end = K == WeightKind::kVector ? width : f + block; f < end; ++f) {
-          if (!kArg || win[f] == e) {
-            const T x = Program::WeightGrad(grad[f], src, t, f, width);
-            if constexpr (K == WeightKind::kVector) {
-              dw[f] = x;
-            } else {
-              dw[head] += x;
-            }
+      if constexpr (K == WeightKind::kVector) {
+        for (int64_t f = 0; f < width; ++f) {
+          if (!kArg || win[f] == e) dw[f] = Program::WeightGrad(grad[f], src, t, f, width);
+        }
+      } else {  // a head's features in a run of their own, in feature order: no division per feature
+        for (int64_t head = 0, f = 0; head < ww; ++head) {
+          for (const int64_t end = f + block; f < end; ++f) {
+            if (!kArg || win[f] == e) dw[head] += Program::WeightGrad(grad[f], src, t, f, width);
           }
         }
       }
