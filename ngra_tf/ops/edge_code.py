@@ -130,11 +130,21 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
     return (out, aux) if return_aux else out
 
 
+def src_walk_takes_dst(x_src, x_dst) -> bool:
+    """Whether one gradient walk over sources should also give d x_dst (wrt="x_src_and_dst"): when the
+    destination's rows are at most a quarter of the source's (attention's per-head scores), so that the
+    destination's share of each edge, kept in a row per edge until it is summed, is small; it saves a second
+    walk that reads every edge's source row again. Rows of unknown width: no."""
+    src_width, dst_width = x_src.shape[-1], x_dst.shape[-1]
+    return src_width is not None and dst_width is not None and 4 * dst_width <= src_width
+
+
 def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=None, edge_type=None,
-                    reduce="sum", aux=None, state=None):
+                    reduce="sum", aux=None, state=None, src_and_dst=None):
     """(d x_src, d x_dst, d edge_data) of edge_code_gather for d (its result) = grad; None where the code reads
     nothing of that operand. aux: the forward's winners (max / min); state: its finished softmax state
-    (softmax). The result's gradient does not depend on init."""
+    (softmax). The result's gradient does not depend on init. src_and_dst: both d x_src and d x_dst from one
+    walk (None: as the registered gradient decides, src_walk_takes_dst)."""
     adjacency = _adjacency(graph)
     x_src = tf.convert_to_tensor(x_src)
     dtype = x_src.dtype
@@ -151,15 +161,32 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
             tf.zeros([0], dtype) if state is None else state,
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
             *adjacency.tensors(), graph_plan(adjacency)]
-    kernels = _kernels(code, dtype, adjacency.index_dtype, reduce)
-    return tuple(lib.ngra_edge_code_grad(*args, reduce=reduce, wrt=wrt, **kernels, **code.attrs())
-                 if code.reads(side) else None
+    attrs = dict(reduce=reduce, **_kernels(code, dtype, adjacency.index_dtype, reduce), **code.attrs())
+    if src_and_dst is None:
+        src_and_dst = code.reads("dst") and src_walk_takes_dst(x_src, x_dst)
+    if src_and_dst and code.reads("src") and code.reads("dst"):
+        d_src, d_dst = lib.ngra_edge_code_grad(*args, wrt="x_src_and_dst", **attrs)
+        return d_src, d_dst, lib.ngra_edge_code_grad(*args, wrt="edge_data", **attrs)[0] if code.reads("edge") else None
+    return tuple(lib.ngra_edge_code_grad(*args, wrt=wrt, **attrs)[0] if code.reads(side) else None
                  for side, wrt in (("src", "x_src"), ("dst", "x_dst"), ("edge", "edge_data")))
 
 
 def softmax_result(state, width: int):
     """acc / sum of an online-softmax state [acc | sum | m] (0 where nothing was reduced)."""
-    return tf.math.divide_no_nan(state[:, :width], state[:, width:2 * width])
+    del width  # the state's thirds
+
+    @tf.custom_gradient
+    def finish(state):
+        acc, total, _ = tf.split(state, 3, axis=1)
+        out = tf.math.divide_no_nan(acc, total)
+
+        def grad(d_out):  # d state in one concat (slicing's gradient would pad each third to the whole state)
+            d_acc = tf.math.divide_no_nan(d_out, total)
+            return tf.concat([d_acc, -d_acc * out, tf.zeros_like(total)], axis=1)
+
+        return out, grad
+
+    return finish(state)
 
 
 def softmax_init_grad(grad, init, out, width: int):
@@ -250,4 +277,4 @@ def _merge_states(a, b, width):
 
 
 __all__ = ["CODE_REDUCES", "EdgeCode", "OPCODES", "edge_code_gather", "edge_code_grads", "reference_messages",
-           "softmax_init_grad", "softmax_result"]
+           "softmax_init_grad", "softmax_result", "src_walk_takes_dst"]

@@ -47,7 +47,7 @@ DISABLE_ENV = "NGRA_TF_GENERATED_CODE"  # "0": always interpret (A/B benchmarks,
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _HEADERS = ("platform.h", "edge_code.h", "edge_code_walks.h", "propagate.h", "programs.h", "reducers.h",
             "segments.h")
-ABI = 1  # kCodeCallAbi in ops/kernels/edge_code_walks.h
+ABI = 2  # kCodeCallAbi in ops/kernels/edge_code_walks.h
 CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")  # the order of CodeReduce in ops/kernels/edge_code_walks.h
 
 
@@ -58,6 +58,7 @@ def enumerator(name: str) -> str:
 
 
 _SIDES = {"load_src": 0, "load_src_typed": 0, "load_dst": 1, "load_edge": 2}  # kLoadSrc, kLoadDst, kLoadEdge
+SRC_AND_DST = 4  # kLoadSrcAndDst: one walk over sources for both, the destination's share in a row per edge
 _ROWS = {"load_src": "src", "load_src_typed": "typed", "load_dst": "dst", "load_edge": "edge"}  # each load's row
 _lock = threading.Lock()
 _failure: str | None = None  # why the last compile failed, for status()
@@ -119,7 +120,9 @@ class _Program:
         self.roots = roots
 
     def depends(self, side: int) -> list:
-        """Whether each register depends on a load of `side`."""
+        """Whether each register depends on a load of `side` (SRC_AND_DST: of either)."""
+        if side == SRC_AND_DST:
+            return [a or b for a, b in zip(self.depends(0), self.depends(1))]
         out = []
         for op, a, b, k in self.ins:
             if op in _SIDES:
@@ -276,10 +279,12 @@ def _backward(p: _Program, side: int, name: str) -> list:
     if softmax:
         reads[c.score] = reads[c.value] = True
     needed = _closure(p, reads)
-    gradient_row = {"load_src": "row", "load_src_typed": "typed_row", "load_dst": "row", "load_edge": "row"}
+    gradient_row = {"load_src": "row", "load_src_typed": "typed_row", "load_edge": "row",
+                    "load_dst": "dst_row" if side == SRC_AND_DST else "row"}
     lines = ["template <typename Seed>",
-             f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, const Seed& seed) const {{",
-             "  (void)u; (void)v; (void)e;"]
+             f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, T* dst_row, "
+             "const Seed& seed) const {",
+             "  (void)u; (void)v; (void)e; (void)dst_row;"]
     lines += ["  " + line for line in _prelude(p, needed)]
     if any(adjoint[i] and op == "load_src_typed" for i, (op, *_) in enumerate(p.ins)):
         stride = next(b for op, a, b, k in p.ins if op == "load_src_typed")
@@ -380,16 +385,24 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
             "class Program {", " public:", "  static constexpr bool kSeedsItself = true;",
             "  explicit Program(const EdgeCode<T>& p) : p_(p) {}"]
     reaches = {side: p.reaches(side) for side, _ in sides}
-    condition = " || ".join(f"side == {side}" for side, _ in sides if reaches[side]) or "false"
+    reaches[SRC_AND_DST] = reaches[0] or reaches[1]
+    if reaches[0] and reaches[1]:
+        sides.append((SRC_AND_DST, "BackwardSrcAndDst"))
+    condition = " || ".join(f"side == {side}" for side in reaches if reaches[side]) or "false"
     body.append(f"  bool Reaches(int side) const {{ (void)side; return {condition}; }}")
     body += ["  " + line for line in _forward(p)]
     body.append("  template <typename Seed>")
     body.append("  void Backward(int side, int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, "
-                "const Seed& seed) const {")
+                "T* dst_row, const Seed& seed) const {")
     for side, name in sides:
         if reaches[side]:
-            body.append(f"    if (side == {side}) return {name}(u, v, e, f0, n, row, seed);")
-    body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)row; (void)seed;")
+            body.append(f"    if (side == {side}) return {name}(u, v, e, f0, n, row, dst_row, seed);")
+    if not (reaches[0] and reaches[1]):  # one of the two reaches at most: its own walk's code
+        for side, row in ((0, "row"), (1, "dst_row")):
+            if reaches[side]:
+                body.append(f"    if (side == {SRC_AND_DST}) return {sides[side][1]}(u, v, e, f0, n, {row}, "
+                            "nullptr, seed);")
+    body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)row; (void)dst_row; (void)seed;")
     body.append("  }")
     body.append("")
     body.append(" private:")

@@ -13,7 +13,7 @@ init's buffer.
 import tensorflow as tf
 
 from ngra_tf.ops._loader import library
-from ngra_tf.ops.edge_code import softmax_init_grad
+from ngra_tf.ops.edge_code import softmax_init_grad, src_walk_takes_dst
 from ngra_tf.ops.propagation import PROGRAMS
 
 
@@ -100,13 +100,22 @@ def _edge_code_grad(op, grad, _):
 
     loads = set(attrs["code"][0::4])  # opcodes: 0 source, 1 destination, 2 edge, 3 typed source
 
+    def wanted(index):
+        return index not in skipped and bool(loads & ({0, 3}, {1}, {2})[index])
+
     def wrt(name, index):
-        x = op.inputs[index]
-        if index in skipped or not loads & ({0, 3}, {1}, {2})[index]:
+        if not wanted(index):
             return None
-        d = library().ngra_edge_code_grad(*args, reduce=reduce, wrt=name, **attrs)
-        d.set_shape(x.shape)
+        d = library().ngra_edge_code_grad(*args, reduce=reduce, wrt=name, **attrs)[0]
+        d.set_shape(op.inputs[index].shape)
         return d
+
+    if wanted(0) and wanted(1) and src_walk_takes_dst(op.inputs[0], op.inputs[1]):
+        d_src, d_dst = library().ngra_edge_code_grad(*args, reduce=reduce, wrt="x_src_and_dst", **attrs)
+        d_src.set_shape(op.inputs[0].shape)
+        d_dst.set_shape(op.inputs[1].shape)
+    else:
+        d_src, d_dst = wrt("x_src", 0), wrt("x_dst", 1)
 
     init = op.inputs[11]
     if softmax:
@@ -117,7 +126,7 @@ def _edge_code_grad(op, grad, _):
                                        tf.shape(op.inputs[5])[1])
     else:
         d_init = _init_grad(op, grad, reduce, 11)
-    return [wrt("x_src", 0), wrt("x_dst", 1), wrt("edge_data", 2)] + [None] * 8 + [d_init, None]
+    return [d_src, d_dst, wrt("edge_data", 2)] + [None] * 8 + [d_init, None]
 
 
 # Copies: the gradient travels back the way the data came.

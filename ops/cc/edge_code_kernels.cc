@@ -228,7 +228,7 @@ template <typename T, typename Index>
 void RunCode(OpKernelContext* ctx, const CodeAttrs& attrs, const CodeArgs<T, Index>& args,
              const CodeCall<T, Index>& call, int side) {
   const bool grad = side >= 0;
-  const Segments<Index>& seg = side == kLoadSrc ? args.csr : args.csc;
+  const Segments<Index>& seg = side == kLoadSrc || side == kLoadSrcAndDst ? args.csr : args.csc;
   const int64_t cost = args.p.width * args.p.num_instructions;
   const GeneratedCode* generated = attrs.generated;
   if (generated != nullptr && generated->tables == args.table_shapes) {
@@ -299,12 +299,14 @@ class EdgeCodeGradOp : public OpKernel {
   explicit EdgeCodeGradOp(OpKernelConstruction* ctx) : OpKernel(ctx) {
     OP_REQUIRES_OK(ctx, attrs_.Read(ctx));
     OP_REQUIRES_OK(ctx, ctx->GetAttr("wrt", &wrt_));
+    side_ = wrt_ == "x_src" ? kLoadSrc : wrt_ == "x_dst" ? kLoadDst : wrt_ == "edge_data" ? kLoadEdge : kLoadSrcAndDst;
     attrs_.Load<T, Index>();
   }
 
   void Compute(OpKernelContext* ctx) override {
     CodeArgs<T, Index> args;
-    OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 3, attrs_, /*check_csr=*/wrt_ == "x_src", &args));
+    OP_REQUIRES_OK(ctx, ParseCodeArgs(ctx, 3, attrs_, /*check_csr=*/side_ == kLoadSrc || side_ == kLoadSrcAndDst,
+                                       &args));
     const Tensor& grad = ctx->input(0);
     const Tensor& aux = ctx->input(1);
     const Tensor& state = ctx->input(2);
@@ -324,12 +326,19 @@ class EdgeCodeGradOp : public OpKernel {
                   InvalidArgument("state must be the forward's softmax state ", grad_shape.DebugString(), ", got ",
                                   ShapeOf(state)));
     }
-    const int side = wrt_ == "x_src" ? kLoadSrc : wrt_ == "x_dst" ? kLoadDst : kLoadEdge;
-    const bool read = attrs_.reads[side] || (side == kLoadSrc && attrs_.reads[kLoadSrcTyped]);
-    OP_REQUIRES(ctx, read, InvalidArgument("the program reads no ", wrt_, " to differentiate"));
+    const bool both = side_ == kLoadSrcAndDst;
+    const bool reads_src = attrs_.reads[kLoadSrc] || attrs_.reads[kLoadSrcTyped];
+    const bool read = side_ == kLoadSrc ? reads_src : both ? reads_src && attrs_.reads[kLoadDst] : attrs_.reads[side_];
+    OP_REQUIRES(ctx, read, InvalidArgument(both ? "wrt x_src_and_dst needs a program that reads both x_src and x_dst"
+                                                : "the program reads no " + wrt_ + " to differentiate"));
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(3 + (side == kLoadSrc ? 0 : side == kLoadDst ? 1 : 2))
+    Tensor* out_dst = nullptr;
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(side_ == kLoadSrc || both ? 3 : side_ == kLoadDst ? 4 : 5)
                                                     .shape(), &out));
+    OP_REQUIRES_OK(ctx, ctx->allocate_output(1, both ? ctx->input(4).shape() : TensorShape({0}), &out_dst));
+    Tensor terms;  // the destination's share of each edge, until it is summed per destination
+    OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DataTypeToEnum<T>::value,
+                                           TensorShape({both ? args.num_edges : 0, args.p.dst_width}), &terms));
     // Mean spreads each result's gradient evenly over the in-edges: fold 1/degree in once.
     const T* g = nullptr;
     Tensor scaled;
@@ -339,12 +348,20 @@ class EdgeCodeGradOp : public OpKernel {
     call.grad = g;
     call.winners = extreme ? aux.flat<Index>().data() : nullptr;
     call.state = softmax ? state.flat<T>().data() : nullptr;
-    RunCode(ctx, attrs_, args, call, side);
+    call.dst_terms = both && terms.NumElements() > 0 ? terms.flat<T>().data() : nullptr;
+    RunCode(ctx, attrs_, args, call, both && call.dst_terms == nullptr ? kLoadSrc : side_);
+    if (both) {
+      T* d_dst = out_dst->flat<T>().data();
+      RunSegments(ctx, args.csc, args.p.dst_width, [&](int64_t first, int64_t last) {
+        SumEdgeRows(args.csc, call.dst_terms, call.dst_terms != nullptr ? args.p.dst_width : 0, first, last, d_dst);
+      });
+    }
   }
 
  private:
   CodeAttrs attrs_;
   std::string wrt_;
+  int side_;  // kLoadSrc, kLoadDst, kLoadEdge or kLoadSrcAndDst
 };
 
 #define NGRA_REGISTER(T, Index)                                                                              \

@@ -279,18 +279,24 @@ REGISTER_OP("NgraEdgeCodeGrad")
     .NGRA_EDGE_CODE_INPUTS
     .Input("plan: int8")
     .Output("output: T")
+    .Output("output_dst: T")
     .NGRA_EDGE_CODE_ATTRS
-    .Attr("wrt: {'x_src', 'x_dst', 'edge_data'}")
+    .Attr("wrt: {'x_src', 'x_dst', 'edge_data', 'x_src_and_dst'}")
     .SetShapeFn([](InferenceContext* c) {
       std::string wrt;
       TF_RETURN_IF_ERROR(c->GetAttr("wrt", &wrt));
-      c->set_output(0, c->input(wrt == "x_src" ? 3 : wrt == "x_dst" ? 4 : 5));
+      const bool both = wrt == "x_src_and_dst";
+      c->set_output(0, c->input(wrt == "x_src" || both ? 3 : wrt == "x_dst" ? 4 : 5));
+      c->set_output(1, both ? c->input(4) : c->Vector(0));
       return absl::OkStatus();
     })
     .Doc(R"doc(
 The gradient of NgraEdgeCode w.r.t. one operand, from d output (`grad`):
 aux is the forward's argedge (max/min), state its finished softmax state
-(softmax); each is empty otherwise.
+(softmax); each is empty otherwise. wrt x_src_and_dst gives both d x_src
+(output) and d x_dst (output_dst, empty for any other wrt); on the CPU from
+one walk over sources, which leaves each edge's share of d x_dst in a row of
+its own and sums them per destination after.
 )doc");
 
 #undef NGRA_EDGE_CODE_INPUTS

@@ -366,26 +366,38 @@ class EdgeCodeGradGpuOp : public OpKernel {
   }
 
   void Compute(OpKernelContext* ctx) override {
+    // Both operands (x_src_and_dst): on a GPU, the two walks each would take alone.
+    const bool both = wrt_ == "x_src_and_dst";
+    OP_REQUIRES_OK(ctx, Grad(ctx, both ? "x_src" : wrt_, 0));
+    if (both) {
+      OP_REQUIRES_OK(ctx, Grad(ctx, "x_dst", 1));
+    } else {
+      Tensor* empty = nullptr;
+      OP_REQUIRES_OK(ctx, ctx->allocate_output(1, TensorShape({0}), &empty));
+    }
+  }
+
+ private:
+  // d `wrt` into output `output`.
+  absl::Status Grad(OpKernelContext* ctx, const std::string& wrt_name, int output) {
     const Tensor& grad = ctx->input(0);
     const Tensor& aux = ctx->input(1);
     const Tensor& state = ctx->input(2);
     OpStream stream(ctx);
     EdgeCodeProblem<T, Index> problem;
     Wrt wrt = Wrt::kXSrc;
-    OP_REQUIRES_OK(ctx, CheckStatus(ValidateEdgeCodeGrad<GpuStream, T, Index>(
-                            stream.get(), attrs_, wrt_, Info(grad), Info(aux), Info(state), EdgeCodeInputsOf(ctx, 3),
-                            &problem, &wrt)));
+    TF_RETURN_IF_ERROR(CheckStatus(ValidateEdgeCodeGrad<GpuStream, T, Index>(
+        stream.get(), attrs_, wrt_name, Info(grad), Info(aux), Info(state), EdgeCodeInputsOf(ctx, 3), &problem, &wrt)));
     const int wrt_input = wrt == Wrt::kXSrc ? 3 : wrt == Wrt::kXDst ? 4 : 5;
     Tensor* out = nullptr;
-    OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ctx->input(wrt_input).shape(), &out));
+    TF_RETURN_IF_ERROR(ctx->allocate_output(output, ctx->input(wrt_input).shape(), &out));
     const Index* arg = IsExtreme(attrs_.reduce) ? Data<Index>(aux) : nullptr;
     const T* finished = attrs_.softmax() ? Data<T>(state) : nullptr;
     problem.generated = generated_.Get<T, Index>(attrs_);
-    OP_REQUIRES_OK(ctx, RunStatus(RunEdgeCodeGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad), arg,
-                                                                       finished, Data<T>(out))));
+    return RunStatus(RunEdgeCodeGrad<GpuStream, T, Index>(stream.get(), problem, wrt, Data<T>(grad), arg, finished,
+                                                          Data<T>(out)));
   }
 
- private:
   EdgeCodeAttrs attrs_;
   std::string wrt_;
   GeneratedCudaKernel generated_;

@@ -146,6 +146,12 @@ inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count
 
 // ---- Gradients ----
 
+// The side of a walk over sources (CSR) that also computes, for each edge, the adjoints of the destination's
+// loads into a row of its own (CodeCall::dst_terms, dst_width wide, in CSC order); SumEdgeRows then adds them
+// up per destination. One walk for both operands instead of a second that reads each edge's source row again:
+// for destination rows much narrower than the source's (attention's per-head scores), whose terms are small.
+constexpr int kLoadSrcAndDst = kLoadSrcTyped + 1;
+
 // What reaches one edge's message from d (the result): `grad` rows are
 // [num_dst, width] (sum, mean with 1/degree folded in; max / min with the
 // winners in `arg`), or [num_dst, 3 * width] d (the softmax state) with the
@@ -268,6 +274,9 @@ class Interpreted {
 
   explicit Interpreted(const EdgeCode<T>& p) : p_(p) {
     for (int side = kLoadSrc; side <= kLoadEdge; ++side) NeededFor(p, side, needed_[side]);
+    for (int i = 0; i < p.num_instructions; ++i) {
+      needed_[kLoadSrcAndDst][i] = needed_[kLoadSrc][i] || needed_[kLoadDst][i];
+    }
   }
   void Forward(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r) const {
     EvalTile(p_, u, v, e, f0, n, r);
@@ -279,19 +288,21 @@ class Interpreted {
     for (int64_t j = 0; j < n; ++j) sink(j, message[j]);
   }
   bool Reaches(int side) const { return needed_[side][p_.value] || (p_.score >= 0 && needed_[side][p_.score]); }
-  void Backward(int side, int64_t, int64_t, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r, T* row) const {
+  void Backward(int side, int64_t, int64_t, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>* r, T* row,
+                T* dst_row) const {
     constexpr int64_t kTile = CodeTile<T>();
     const bool* needed = needed_[side];
     for (int i = 0; i < p_.num_instructions; ++i) {  // the seeds' registers hold the seeds
       if (needed[i] && i != p_.value && i != p_.score) std::memset(r->adjoints + i * kTile, 0, sizeof(T) * n);
     }
     AdjointTile(p_, r, n, needed);
-    AddLoadAdjoints(p_, side, r->adjoints, e, f0, n, row);
+    AddLoadAdjoints(p_, side == kLoadSrcAndDst ? kLoadSrc : side, r->adjoints, e, f0, n, row);
+    if (side == kLoadSrcAndDst) AddLoadAdjoints(p_, kLoadDst, r->adjoints, e, f0, n, dst_row);
   }
 
  private:
   const EdgeCode<T>& p_;
-  bool needed_[kLoadEdge + 1][kMaxInstructions];
+  bool needed_[kLoadSrcAndDst + 1][kMaxInstructions];
 };
 
 // ---- Forward: sum / mean / max / min ----
@@ -388,16 +399,16 @@ void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t first
 // One edge's share of a gradient walk: seed, then send the adjoints back into `row`.
 template <Seed S, typename T, typename Index, typename Code>
 inline void CodeEdgeGrad(const Code& code, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed, int side,
-                         int64_t u, int64_t v, Index e, CodeRegisters<T>* regs, T* row) {
+                         int64_t u, int64_t v, Index e, CodeRegisters<T>* regs, T* row, T* dst_row = nullptr) {
   constexpr int64_t kTile = CodeTile<T>();
   for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
     const int64_t n = std::min(kTile, p.width - f0);
     if constexpr (Code::kSeedsItself) {
-      code.Backward(side, u, v, e, f0, n, row, seed.At(v, e, f0));
+      code.Backward(side, u, v, e, f0, n, row, dst_row, seed.At(v, e, f0));
     } else {
       code.Forward(u, v, e, f0, n, regs);
       if (!seed.Apply(p, v, e, f0, n, regs)) continue;
-      code.Backward(side, u, v, e, f0, n, regs, row);
+      code.Backward(side, u, v, e, f0, n, regs, row, dst_row);
     }
   }
 }
@@ -425,26 +436,45 @@ NGRA_PREFETCH_INLINE void PrefetchEdge(const EdgeCode<T>& p, int64_t e) {
   if (p.type != nullptr) __builtin_prefetch(p.type + e);
 }
 
-// d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide.
+// d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide. With
+// dst_terms (side kLoadSrcAndDst), also each edge's adjoints of the destination's loads, into its row there.
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
-                 int64_t first, int64_t last, T* d_src) {
+                 int64_t first, int64_t last, T* d_src, T* dst_terms = nullptr) {
   auto* regs = new CodeRegisters<T>;
   const Code code(p);
-  const bool reaches = code.Reaches(kLoadSrc);
+  const int side = dst_terms != nullptr ? kLoadSrcAndDst : kLoadSrc;
+  const bool reaches = code.Reaches(side);
   for (int64_t u = first; u < last; ++u) {
     T* row = d_src + u * p.src_width;
     std::memset(row, 0, sizeof(T) * p.src_width);
-    if (!reaches) continue;
     for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
+      const Index e = csr.Edge(k);
+      T* terms = dst_terms != nullptr ? dst_terms + static_cast<int64_t>(e) * p.dst_width : nullptr;
+      if (terms != nullptr) std::memset(terms, 0, sizeof(T) * p.dst_width);
+      if (!reaches) continue;
       if (k + kPrefetchDistance < csr.End(last - 1)) {
         PrefetchDestination(p, seed, csr.Row(k + kPrefetchDistance));
         PrefetchEdge(p, csr.Edge(k + kPrefetchDistance));
       }
-      CodeEdgeGrad(code, p, seed, kLoadSrc, u, csr.Row(k), csr.Edge(k), regs, row);
+      CodeEdgeGrad(code, p, seed, side, u, csr.Row(k), e, regs, row, terms);
     }
   }
   delete regs;
+}
+
+// out[v] = the sum of rows[e] over v's in-edges e, in stored order, for the segments [first, last): the
+// destination's gradient from the terms of a kLoadSrcAndDst walk (the order a walk over destinations adds in).
+template <typename T, typename Index>
+void SumEdgeRows(const Segments<Index>& csc, const T* rows, int64_t width, int64_t first, int64_t last, T* out) {
+  for (int64_t v = first; v < last; ++v) {
+    T* __restrict o = out + v * width;
+    std::memset(o, 0, sizeof(T) * width);
+    for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
+      const T* __restrict r = rows + static_cast<int64_t>(csc.Edge(k)) * width;
+      for (int64_t j = 0; j < width; ++j) o[j] += r[j];
+    }
+  }
 }
 
 // d x_dst (side kLoadDst: rows per destination) or d edge (kLoadEdge: rows per
@@ -480,7 +510,7 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
 // one program and reduce, and exports them as plain C functions that take a
 // CodeCall; its layout is kCodeCallAbi, which the library's signature names).
 
-constexpr int kCodeCallAbi = 1;
+constexpr int kCodeCallAbi = 2;
 
 // Reduce codes: the order of the op's reduce attribute.
 enum CodeReduce : int { kCodeSum = 0, kCodeMean, kCodeMax, kCodeMin, kCodeSoftmax };
@@ -496,6 +526,7 @@ struct CodeCall {
   const T* grad = nullptr;     // gradient: d result (mean: 1/degree folded in)
   const Index* winners = nullptr;  // gradient, max / min: the forward's arg
   const T* state = nullptr;        // gradient, softmax: the forward's finished state
+  T* dst_terms = nullptr;          // gradient, kLoadSrcAndDst: a row per edge (dst_width wide, CSC order)
 };
 
 // The forward over segments [first, last) of c.csc.
@@ -510,15 +541,15 @@ void RunCodeForward(const CodeCall<T, Index>& c, int64_t first, int64_t last) {
   }
 }
 
-// The gradient w.r.t. the operand that loads of `side` read: segments [first, last) of c.csr (kLoadSrc) or
-// c.csc (kLoadDst, kLoadEdge).
+// The gradient w.r.t. the operand that loads of `side` read: segments [first, last) of c.csr (kLoadSrc, and
+// kLoadSrcAndDst, which also fills c.dst_terms) or c.csc (kLoadDst, kLoadEdge).
 template <int kReduce, typename Code, typename T, typename Index>
 void RunCodeGrad(const CodeCall<T, Index>& c, int side, int64_t first, int64_t last) {
   constexpr Seed S = kReduce == kCodeSoftmax ? Seed::kSoftmax
                      : (kReduce == kCodeMax || kReduce == kCodeMin) ? Seed::kWinner : Seed::kWhole;
   const CodeSeed<S, T, Index> seed{c.grad, c.winners, c.state, c.p.width};
-  if (side == kLoadSrc) {
-    CodeGradSrc<S, T, Index, Code>(c.csr, c.p, seed, first, last, c.out);
+  if (side == kLoadSrc || side == kLoadSrcAndDst) {
+    CodeGradSrc<S, T, Index, Code>(c.csr, c.p, seed, first, last, c.out, side == kLoadSrcAndDst ? c.dst_terms : nullptr);
   } else {
     CodeGradDstOrEdge<S, T, Index, Code>(c.csc, c.p, seed, side, first, last, c.out);
   }

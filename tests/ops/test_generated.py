@@ -17,7 +17,7 @@ from ngra_tf.ops import edge_code as ec
 from ngra_tf.ops import generated
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-from generated_cases import NUM_TYPES, Builder  # noqa: E402  (tools/ is not a package)
+from generated_cases import NUM_TYPES, Builder, attention, gate  # noqa: E402  (tools/ is not a package)
 
 pytestmark = pytest.mark.skipif(isinstance(generated.toolchain(), str), reason="no C++ compiler for generated code")
 
@@ -41,8 +41,9 @@ def _operands(rng, builder, graph, dtype, big_exp):
     return x_src, x_dst, edge, types
 
 
-def _run(adjacency, code, operands, reduce, upstream, kernel_mode):
-    """(result, d x_src, d x_dst, d edge) through the op, with generated code on or off."""
+def _run(adjacency, code, operands, reduce, upstream, kernel_mode, src_and_dst=None):
+    """(result, d x_src, d x_dst, d edge) through the op, with generated code on or off; src_and_dst: d x_src
+    and d x_dst from one walk (True), from two (False) or as the registered gradient picks (None)."""
     x_src, x_dst, edge, types = operands
     args = dict(x_dst=x_dst if code.reads("dst") else None, edge_data=edge if code.reads("edge") else None,
                 edge_type=types if code.reads("type") else None)
@@ -52,7 +53,7 @@ def _run(adjacency, code, operands, reduce, upstream, kernel_mode):
         out, aux = ec.edge_code_gather(adjacency, code, x_src, reduce=reduce, return_aux=True, **args)
         grads = ec.edge_code_grads(adjacency, code, upstream(out), x_src, reduce=reduce,
                                    aux=aux if reduce in ("max", "min") else None,
-                                   state=out if reduce == "softmax" else None, **args)
+                                   state=out if reduce == "softmax" else None, src_and_dst=src_and_dst, **args)
     finally:
         if previous is None:
             del os.environ[generated.DISABLE_ENV]
@@ -107,6 +108,12 @@ def _check(seed, reduce, dtype, width, big_exp=False):
             assert a is None
             continue
         _close(a, b, f"generated vs interpreted {name}; {what}", tol)
+    if code.reads("dst"):  # one walk over sources for both operands, or a walk for each: the same gradients
+        for mode, label in (("1", "generated"), ("0", "interpreted")):
+            one = _run(adjacency, code, operands, reduce, upstream, mode, src_and_dst=True)
+            two = _run(adjacency, code, operands, reduce, upstream, mode, src_and_dst=False)
+            for name, a, b in zip(("d x_src", "d x_dst"), one[1:3], two[1:3]):
+                _close(a, b, f"{label} {name}, one walk vs two; {what}", tol)
     if reduce in ("max", "min"):  # the same winners, then the gradients of those winners' messages
         got_aux = ec.edge_code_gather(adjacency, code, operands[0], operands[1] if code.reads("dst") else None,
                                       operands[2] if code.reads("edge") else None,
@@ -145,6 +152,35 @@ def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, redu
 @pytest.mark.parametrize("seed", range(1, 11))
 def test_random_programs_full_matrix(seed, reduce, dtype):
     _check(seed, reduce, dtype, width=[5, 12, 130][seed % 3], big_exp=seed % 4 == 0)
+
+
+@pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
+@pytest.mark.parametrize("program,reduce", [("attention", "softmax"), ("gate", "sum"), ("gate", "max")])
+def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(program, reduce, kernel_mode):
+    """wrt x_src_and_dst: the walk over sources leaves each edge's share of d x_dst in a row of its own, summed
+    per destination after (GAT's per-head scores: the registered gradient's choice for them)."""
+    rng = np.random.default_rng(7)
+    width = 16
+    code = attention(width, heads=4) if program == "attention" else gate(width)
+    graph = _graph(rng)
+    src_width, dst_width = (width + 4, 4) if program == "attention" else (2 * width, width)
+    operands = (tf.constant(rng.normal(size=(graph.num_vertices, src_width)), tf.float32),
+                tf.constant(rng.normal(size=(graph.num_vertices, dst_width)), tf.float32), None, None)
+    assert ec.src_walk_takes_dst(operands[0], operands[1]) == (program == "attention")
+    upstream_values = {}
+
+    def upstream(out):
+        return upstream_values.setdefault(out.shape, tf.constant(rng.normal(size=out.shape), tf.float32))
+
+    one = _run(graph.adjacency, code, operands, reduce, upstream, kernel_mode, src_and_dst=True)
+    two = _run(graph.adjacency, code, operands, reduce, upstream, kernel_mode, src_and_dst=False)
+    aux = ec.edge_code_gather(graph.adjacency, code, operands[0], operands[1], reduce=reduce, return_aux=True)[1]
+    want = _reference(graph.adjacency, code, (*operands[:2], tf.zeros([graph.num_edges, 1]), None), reduce, upstream,
+                      aux, one[0] if reduce == "softmax" else None)
+    assert float(tf.reduce_max(tf.abs(want[1]))) > 0.1  # the destination's gradient is there to get wrong
+    for name, a, b, w in zip(("d x_src", "d x_dst"), one[1:3], two[1:3], want[:2]):
+        _close(a, b, f"{name}: one walk vs two", 1e-5)
+        _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
 
 
 # ---- falling back ----
