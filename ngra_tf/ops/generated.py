@@ -67,8 +67,9 @@ _failure: str | None = None  # why the last compile failed, for status()
 # ---- the program's shape ----
 
 def table_shapes(tables: np.ndarray, read) -> str:
-    """Per table: "c" (entry f is the first + f), "u" (one entry for every feature), "g" (any), "-" (no load
-    reads it); the kernel derives the same string from the call's tables (ParseCodeArgs)."""
+    """Per table: "c" (entry f is the first + f), "u" (one entry for every feature), "8", "4" or "2" (the same
+    entry over each aligned run of that many features: attention's heads), "g" (any), "-" (no load reads it);
+    the kernel derives the same string from the call's tables (ParseCodeArgs, RunsShape)."""
     shapes = []
     for t, row in enumerate(np.asarray(tables)):
         if t not in read:
@@ -78,8 +79,20 @@ def table_shapes(tables: np.ndarray, read) -> str:
         elif row.size > 0 and np.all(row == row[0]):
             shapes.append("u")
         else:
-            shapes.append("g")
+            shapes.append(next((str(run) for run in _RUNS if row.size % run == 0
+                                and np.all(row.reshape(-1, run) == row.reshape(-1, run)[:, :1])), "g"))
     return "".join(shapes)
+
+
+_RUNS = (8, 4, 2)  # run lengths a table's shape names, longest first (RunsShape in ops/cc/edge_code_kernels.cc)
+
+
+def _run_total(values: str, run: int) -> str:
+    """The sum of values[0, run) as a tree of fixed depth (a loop over a run would chain its adds)."""
+    terms = [f"{values}[{k}]" for k in range(run)]
+    while len(terms) > 1:
+        terms = [f"({a} + {b})" for a, b in zip(terms[0::2], terms[1::2])]
+    return terms[0]
 
 
 def signature(code, dtype: str, index_dtype: str, reduce: str, abi: str = f"abi={ABI}") -> str:
@@ -361,6 +374,11 @@ def _backward(p: _Program, side: int, name: str) -> list:
             if p.shapes[table] == "c":
                 lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; ++j) out[j] += al{g}[j]; }}")
+            elif p.shapes[table] in "248":  # the same entry over aligned runs: one add per run
+                run = int(p.shapes[table])
+                lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
+                lines.append(f"    for (int64_t j = 0; j < n; j += {run}) {{ const T* __restrict a = al{g} + j;")
+                lines.append(f"      {row}[at[j]] += {_run_total('a', run)}; }} }}")
             else:  # entries repeat in runs (a head's features): one add into the row per run
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
                 lines.append("    for (int64_t j = 0; j < n;) {")

@@ -103,7 +103,7 @@ struct CodeArgs {
   EdgeCode<T> p;
   std::vector<int32_t> contiguous;
   std::vector<uint8_t> uniform;
-  std::string table_shapes;  // per table: c (contiguous), u (uniform) or g, as generated code names them
+  std::string table_shapes;  // per table: c (contiguous), u (uniform), 8 / 4 / 2 (runs) or g, as generated code names them
   Segments<Index> csc, csr;
   int64_t num_src = 0, num_dst = 0, num_edges = 0;
 };
@@ -118,6 +118,18 @@ absl::Status CheckOperand(const Tensor& t, const char* name, bool read, int64_t 
     return InvalidArgument(name, " must be shaped [", rows, " (one row per ", what, "), width], got ", ShapeOf(t));
   }
   return absl::OkStatus();
+}
+
+// The shape of a table that is neither contiguous nor uniform: '8', '4' or '2' when its entries are the same
+// over each aligned run of that many features (attention's heads: generated code then adds a run's adjoints with
+// a tree of fixed depth instead of a loop that compares entries), else 'g'. As table_shapes in generated.py.
+char RunsShape(const int32_t* row, int64_t width) {
+  for (const int run : {8, 4, 2}) {
+    bool runs = width % run == 0;
+    for (int64_t f = 0; runs && f < width; ++f) runs = row[f] == row[f - f % run];
+    if (runs) return static_cast<char>('0' + run);
+  }
+  return 'g';
 }
 
 // Validates the eleven inputs from `first` on against the program.
@@ -201,7 +213,8 @@ absl::Status ParseCodeArgs(OpKernelContext* ctx, int first, const CodeAttrs& att
     }
     if (contiguous && p.width > 0) args->contiguous[ins[1]] = row[0];
     args->uniform[ins[1]] = uniform && !contiguous;
-    args->table_shapes[ins[1]] = args->contiguous[ins[1]] >= 0 ? 'c' : args->uniform[ins[1]] ? 'u' : 'g';
+    args->table_shapes[ins[1]] =
+        args->contiguous[ins[1]] >= 0 ? 'c' : args->uniform[ins[1]] ? 'u' : RunsShape(row, p.width);
     if (ins[0] == kLoadSrcTyped) {
       if (typed_stride != 0 && typed_stride != ins[2]) return InvalidArgument("typed loads must share one slot stride");
       typed_stride = ins[2];

@@ -4,8 +4,10 @@
 // A library exports, as plain C symbols:
 //   ngra_edge_code_signature  what it was generated for: the CodeCall layout,
 //                             T, Index, the reduce and the program's attributes
-//   ngra_edge_code_tables     per table, 'c' (a contiguous run), 'u' (one entry)
-//                             or 'g' (any): the shapes its loads were written for
+//   ngra_edge_code_tables     per table, 'c' (a contiguous run), 'u' (one entry),
+//                             '8', '4' or '2' (the same entry over aligned runs of
+//                             that many features) or 'g' (any): the shapes its
+//                             loads were written for
 //   ngra_edge_code_forward(const void* call, int64_t first, int64_t last)
 //   ngra_edge_code_grad(const void* call, int side, int64_t first, int64_t last)
 // where call is a CodeCall<T, Index> (ops/kernels/edge_code_walks.h). The

@@ -155,18 +155,21 @@ def test_random_programs_full_matrix(seed, reduce, dtype):
 
 
 @pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
-@pytest.mark.parametrize("program,reduce", [("attention", "softmax"), ("gate", "sum"), ("gate", "max")])
+@pytest.mark.parametrize("program,reduce", [("attention-4", "softmax"), ("attention-2", "softmax"), ("gate", "sum"),
+                                            ("gate", "max")])
 def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(program, reduce, kernel_mode):
     """wrt x_src_and_dst: the walk over sources leaves each edge's share of d x_dst in a row of its own, summed
     per destination after (GAT's per-head scores: the registered gradient's choice for them)."""
     rng = np.random.default_rng(7)
     width = 16
-    code = attention(width, heads=4) if program == "attention" else gate(width)
+    heads = int(program[-1]) if program.startswith("attention") else 0  # runs of 4 and 8 features per head
+    code = attention(width, heads=heads) if heads else gate(width)
+    assert generated.table_shapes(code.tables, range(len(code.tables)))[-1] == (str(width // heads) if heads else "c")
     graph = _graph(rng)
-    src_width, dst_width = (width + 4, 4) if program == "attention" else (2 * width, width)
+    src_width, dst_width = (width + heads, heads) if heads else (2 * width, width)
     operands = (tf.constant(rng.normal(size=(graph.num_vertices, src_width)), tf.float32),
                 tf.constant(rng.normal(size=(graph.num_vertices, dst_width)), tf.float32), None, None)
-    assert ec.src_walk_takes_dst(operands[0], operands[1]) == (program == "attention")
+    assert ec.src_walk_takes_dst(operands[0], operands[1]) == bool(heads)
     upstream_values = {}
 
     def upstream(out):
