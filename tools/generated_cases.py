@@ -126,6 +126,16 @@ def gate(width):
                                  np.stack([f, f, width + f]), 5)
 
 
+def head_gate(width, heads=2):
+    """GAT's score as a gate: leaky_relu(s[src, head] + t[dst, head], 0.2) * the source row (registers the same
+    over each head's run of features, for any reduce)."""
+    f = np.arange(width, dtype=np.int32)
+    head = (f * heads // width).astype(np.int32)
+    return edge_program.EdgeCode((("load_src", 0, 0, -1), ("load_src", 1, 0, -1), ("load_dst", 2, 0, -1),
+                                  ("add", 1, 2, -1), ("leaky_relu", 3, 0, 0), ("mul", 4, 0, -1)), (0.2,),
+                                 np.stack([f, width + head, head]), 5)
+
+
 def attention(width, heads=2):
     """GAT: leaky_relu(s[src, head] + t[dst, head], 0.2) as the score, the source row as the value."""
     f = np.arange(width, dtype=np.int32)

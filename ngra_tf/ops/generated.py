@@ -85,6 +85,7 @@ def table_shapes(tables: np.ndarray, read) -> str:
 
 
 _RUNS = (8, 4, 2)  # run lengths a table's shape names, longest first (RunsShape in ops/cc/edge_code_kernels.cc)
+_RUN_SHAPES = ("8", "4", "2")
 
 
 def _run_total(values: str, run: int) -> str:
@@ -120,6 +121,18 @@ class _Program:
                 self.per_edge[i] = True
             else:
                 self.per_edge[i] = self.per_edge[a] and (op not in _BINARY or self.per_edge[b])
+        # Runs: the shortest run of the tables with runs (8, 4, 2; a table with runs of 8 has runs of 4 too), and
+        # the registers the same over each run of features (a head's score): once per run in the forward.
+        self.run = min((int(self.shapes[a]) for op, a, b, k in self.ins
+                        if op in _SIDES and self.shapes[a] in _RUN_SHAPES), default=1)
+        self.per_run = [False] * n
+        for i, (op, a, b, k) in enumerate(self.ins):
+            if op in _SIDES:
+                self.per_run[i] = self.shapes[a] == "u" or self.shapes[a] in _RUN_SHAPES
+            elif op == "const":
+                self.per_run[i] = True
+            else:
+                self.per_run[i] = self.per_run[a] and (op not in _BINARY or self.per_run[b])
         roots = {code.value} | ({code.score} if code.score >= 0 else set())
         self.live = [False] * n
         for i in sorted(roots):
@@ -212,17 +225,35 @@ def _adjoint_step(p: _Program, i: int, adjoint, target, indent: str) -> list:
     return lines + [f"{indent}  (void)ga; (void)gb;", f"{indent}}}"]
 
 
-def _feature_values(p: _Program, registers) -> list:
-    """The per-feature registers among `registers`, inside the loop over j."""
+def _feature_values(p: _Program, registers, at="j", skip=None) -> list:
+    """The registers among `registers` that are not per edge (nor `skip`), inside the loop over features, at
+    feature `at` of the tile."""
     lines = []
     for i, (op, a, b, k) in enumerate(p.ins):
-        if not registers[i] or p.per_edge[i]:
+        if not registers[i] or p.per_edge[i] or (skip is not None and skip[i]):
             continue
         if op in _SIDES:
-            lines.append(f"const T r{i} = l{i}[j];" if p.shapes[a] == "c" else f"const T r{i} = {_ROWS[op]}[t{i}[j]];")
+            lines.append(f"const T r{i} = l{i}[{at}];" if p.shapes[a] == "c" else
+                         f"const T r{i} = {_ROWS[op]}[t{i}[{at}]];")
         else:
             lines.append(f"const T r{i} = {_value(p, i)};")
     return lines
+
+
+def _feature_loop(p: _Program, registers, body) -> list:
+    """The loop over the tile's features j computing `registers`, then `body`. Registers the same over each
+    run of features (a head's score and what follows from it) are computed once per run, in a loop over runs
+    around the loop over the run's features: per feature they would be gathers, which the compiler may not
+    vectorise (it leaves such a loop scalar)."""
+    per_run = [registers[i] and p.per_run[i] and not p.per_edge[i] for i in range(len(p.ins))]
+    if p.run == 1 or not any(per_run):
+        return (["for (int64_t j = 0; j < n; ++j) {"] + ["  " + line for line in _feature_values(p, registers)]
+                + ["  " + line for line in body] + ["}"])
+    return ([f"for (int64_t q = 0; q < n; q += {p.run}) {{"]
+            + ["  " + line for line in _feature_values(p, per_run, at="q")]
+            + [f"  for (int64_t j = q; j < q + {p.run}; ++j) {{"]
+            + ["    " + line for line in _feature_values(p, registers, skip=p.per_run)]
+            + ["    " + line for line in body] + ["  }", "}"])
 
 
 def _closure(p: _Program, registers) -> list:
@@ -247,11 +278,7 @@ def _forward(p: _Program) -> list:
     outs = [(c.value, "value")] + ([(c.score, "score")] if c.score >= 0 and c.score != c.value else [])
     for reg, name in outs:
         lines.append(f"  T* __restrict out_{name} = r->values + {reg} * kTile;")
-    lines.append("  for (int64_t j = 0; j < n; ++j) {")
-    lines += ["    " + line for line in _feature_values(p, p.live)]
-    for reg, name in outs:
-        lines.append(f"    out_{name}[j] = r{reg};")
-    lines.append("  }")
+    lines += ["  " + line for line in _feature_loop(p, p.live, [f"out_{name}[j] = r{reg};" for reg, name in outs])]
     for reg, name in outs:
         lines.append(f"  r->value[{reg}] = out_{name};")
     lines.append("}")
@@ -260,10 +287,8 @@ def _forward(p: _Program) -> list:
               "void Messages(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, CodeRegisters<T>*, "
               "Sink&& sink) const {", "  (void)u; (void)v; (void)e;"]
     lines += ["  " + line for line in _prelude(p, message)]
-    lines.append("  for (int64_t j = 0; j < n; ++j) {")
-    lines += ["    " + line for line in _feature_values(p, message)]
-    lines.append(f"    sink(j, r{c.value});")
-    lines += ["  }", "}"]
+    lines += ["  " + line for line in _feature_loop(p, message, [f"sink(j, r{c.value});"])]
+    lines.append("}")
     return lines
 
 
@@ -374,7 +399,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
             if p.shapes[table] == "c":
                 lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; ++j) out[j] += al{g}[j]; }}")
-            elif p.shapes[table] in "248":  # the same entry over aligned runs: one add per run
+            elif p.shapes[table] in _RUN_SHAPES:  # the same entry over aligned runs: one add per run
                 run = int(p.shapes[table])
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; j += {run}) {{ const T* __restrict a = al{g} + j;")

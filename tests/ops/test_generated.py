@@ -17,7 +17,7 @@ from ngra_tf.ops import edge_code as ec
 from ngra_tf.ops import generated
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
-from generated_cases import NUM_TYPES, Builder, attention, gate  # noqa: E402  (tools/ is not a package)
+from generated_cases import NUM_TYPES, Builder, attention, gate, head_gate  # noqa: E402  (tools/ is not a package)
 
 pytestmark = pytest.mark.skipif(isinstance(generated.toolchain(), str), reason="no C++ compiler for generated code")
 
@@ -184,6 +184,34 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
     for name, a, b, w in zip(("d x_src", "d x_dst"), one[1:3], two[1:3], want[:2]):
         _close(a, b, f"{name}: one walk vs two", 1e-5)
         _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
+
+
+@pytest.mark.parametrize("heads", [2, 4, 8])  # runs of 8, 4 and 2 features
+@pytest.mark.parametrize("reduce", ["softmax", "sum", "max"])
+def test_registers_the_same_over_each_head_equal_the_unfused_path(reduce, heads):
+    """Generated code computes what is the same over a head's run of features once per run (its forward) and
+    adds a run's adjoints with a tree (its gradients): both against the per-edge TF path."""
+    rng = np.random.default_rng(heads)
+    width = 16
+    code = attention(width, heads) if reduce == "softmax" else head_gate(width, heads)
+    assert generated.table_shapes(code.tables, range(3)) == "c" + 2 * str(width // heads)
+    graph = _graph(rng)
+    x_src = tf.constant(rng.normal(size=(graph.num_vertices, width + heads)), tf.float32)
+    x_dst = tf.constant(rng.normal(size=(graph.num_vertices, heads)), tf.float32)
+    operands = (x_src, x_dst, tf.zeros([graph.num_edges, 1]), None)
+    out, aux = ec.edge_code_gather(graph.adjacency, code, x_src, x_dst, reduce=reduce, return_aux=True)
+    want = ec._reference_gather(graph.adjacency, code, *operands, reduce, None)[0]
+    if reduce == "softmax":
+        _close(ec.softmax_result(out, width), ec.softmax_result(want, width), "softmax result", 1e-5)
+    else:
+        _close(out, want, "result", 1e-5)
+    upstream = tf.constant(rng.normal(size=out.shape), tf.float32)
+    got = ec.edge_code_grads(graph.adjacency, code, upstream, x_src, x_dst, reduce=reduce,
+                             aux=aux if reduce == "max" else None, state=out if reduce == "softmax" else None)
+    want_grads = _reference(graph.adjacency, code, operands, reduce, lambda _: upstream,
+                            aux if reduce == "max" else None, out if reduce == "softmax" else None)
+    for name, a, w in zip(("d x_src", "d x_dst"), got, want_grads):
+        _close(a, w, f"{name}, {reduce}, {heads} heads", 1e-5)
 
 
 # ---- falling back ----
