@@ -240,13 +240,26 @@ def _feature_values(p: _Program, registers, at="j", skip=None) -> list:
     return lines
 
 
+def _by_run(p: _Program, registers) -> list:
+    """Which of `registers` _feature_loop computes once per run (none when it loops over features only)."""
+    per_run = [registers[i] and p.per_run[i] and not p.per_edge[i] for i in range(len(p.ins))]
+    return per_run if p.run > 1 and any(per_run) else [False] * len(p.ins)
+
+
+def _gathers(p: _Program, registers) -> bool:
+    """Whether _feature_loop over `registers` loads through a table at each feature (a gather)."""
+    by_run = _by_run(p, registers)
+    return any(registers[i] and op in _SIDES and p.shapes[a] not in ("c", "u") and not by_run[i]
+               for i, (op, a, b, k) in enumerate(p.ins))
+
+
 def _feature_loop(p: _Program, registers, body) -> list:
     """The loop over the tile's features j computing `registers`, then `body`. Registers the same over each
     run of features (a head's score and what follows from it) are computed once per run, in a loop over runs
     around the loop over the run's features: per feature they would be gathers, which the compiler may not
     vectorise (it leaves such a loop scalar)."""
-    per_run = [registers[i] and p.per_run[i] and not p.per_edge[i] for i in range(len(p.ins))]
-    if p.run == 1 or not any(per_run):
+    per_run = _by_run(p, registers)
+    if not any(per_run):
         return (["for (int64_t j = 0; j < n; ++j) {"] + ["  " + line for line in _feature_values(p, registers)]
                 + ["  " + line for line in body] + ["}"])
     return ([f"for (int64_t q = 0; q < n; q += {p.run}) {{"]
@@ -276,9 +289,18 @@ def _forward(p: _Program) -> list:
              "  (void)u; (void)v; (void)e;"]
     lines += ["  " + line for line in _prelude(p, p.live)]
     outs = [(c.value, "value")] + ([(c.score, "score")] if c.score >= 0 and c.score != c.value else [])
+    # With gathers in the loop, its stores go to local tiles, copied out after: GCC does not vectorise gathers
+    # next to stores into the registers' tiles, which it cannot tell apart from the gathered rows.
+    staged = _gathers(p, p.live)
     for reg, name in outs:
         lines.append(f"  T* __restrict out_{name} = r->values + {reg} * kTile;")
-    lines += ["  " + line for line in _feature_loop(p, p.live, [f"out_{name}[j] = r{reg};" for reg, name in outs])]
+        if staged:
+            lines.append(f"  alignas(64) T tile_{name}[kTile];")
+    to = "tile" if staged else "out"
+    lines += ["  " + line for line in _feature_loop(p, p.live, [f"{to}_{name}[j] = r{reg};" for reg, name in outs])]
+    if staged:
+        copies = " ".join(f"out_{name}[j] = tile_{name}[j];" for reg, name in outs)
+        lines.append(f"  for (int64_t j = 0; j < n; ++j) {{ {copies} }}")
     for reg, name in outs:
         lines.append(f"  r->value[{reg}] = out_{name};")
     lines.append("}")
