@@ -85,7 +85,7 @@ def table_shapes(tables: np.ndarray, read) -> str:
 
 
 _RUNS = (8, 4, 2)  # run lengths a table's shape names, longest first (RunsShape in ops/cc/edge_code_kernels.cc)
-_RUN_SHAPES = ("8", "4", "2")
+_RUN_SHAPES = tuple(str(run) for run in _RUNS)
 
 
 def _run_total(values: str, run: int) -> str:
@@ -256,8 +256,8 @@ def _gathers(p: _Program, registers) -> bool:
 def _feature_loop(p: _Program, registers, body) -> list:
     """The loop over the tile's features j computing `registers`, then `body`. Registers the same over each
     run of features (a head's score and what follows from it) are computed once per run, in a loop over runs
-    around the loop over the run's features: per feature they would be gathers, which the compiler may not
-    vectorise (it leaves such a loop scalar)."""
+    around the loop over the run's features: one load and one evaluation per run instead of a gather and an
+    evaluation per feature."""
     per_run = _by_run(p, registers)
     if not any(per_run):
         return (["for (int64_t j = 0; j < n; ++j) {"] + ["  " + line for line in _feature_values(p, registers)]
@@ -426,7 +426,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; j += {run}) {{ const T* __restrict a = al{g} + j;")
                 lines.append(f"      {row}[at[j]] += {_run_total('a', run)}; }} }}")
-            else:  # entries repeat in runs (a head's features): one add into the row per run
+            else:  # any entries: one add into the row per run of equal ones
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
                 lines.append("    for (int64_t j = 0; j < n;) {")
                 lines.append(f"      const int32_t to = at[j]; T total = al{g}[j];")

@@ -289,7 +289,8 @@ def test_two_processes_compiling_the_same_program_share_one_library(tmp_path):
 
 def test_the_opcode_and_reduce_tables_agree():
     """Python's opcode numbers are the order of ops/kernels/edge_code.h's EdgeOpcode, whose enumerators the
-    generated code names; its reduces are the order of CodeReduce, the numbers a generated library is built for."""
+    generated code names; its reduces are the order of CodeReduce, the numbers a generated library is built for;
+    its ABI, the one-walk side and the run lengths of table shapes are the C++ side's."""
     import re
 
     header = os.path.join(os.path.dirname(__file__), "..", "..", "ops", "kernels", "edge_code.h")
@@ -304,6 +305,14 @@ def test_the_opcode_and_reduce_tables_agree():
         reduces = re.search(r"enum CodeReduce : int \{(.*?)\};", f.read(), re.S).group(1)
     assert [name.strip().split()[0] for name in reduces.split(",")] == [
         "kCode" + name.capitalize() for name in ec.CODE_REDUCES]
+    with open(walks) as f:
+        text = f.read()
+    assert f"constexpr int kCodeCallAbi = {generated.ABI};" in text
+    assert "constexpr int kLoadSrcAndDst = kLoadSrcTyped + 1;" in text  # the side after the last load opcode
+    assert generated.SRC_AND_DST == ec.OPCODES["load_src_typed"] + 1
+    with open(os.path.join(os.path.dirname(header), "..", "cc", "edge_code_kernels.cc")) as f:
+        runs = re.search(r"for \(const int run : \{([0-9, ]+)\}\)", f.read()).group(1)
+    assert tuple(int(run) for run in runs.split(",")) == generated._RUNS  # the table shapes' run lengths
 
 
 def test_a_killed_compile_leaves_no_scratch_for_long(monkeypatch, tmp_path):
