@@ -286,7 +286,11 @@ class RunDropper {
 
  private:
   using Uniform = ::tensorflow::random::UniformDistribution<DrawnGroup, T>;
-  static constexpr int64_t kGroup = Uniform::kResultElementCount;
+
+ public:
+  static constexpr int64_t kGroup = Uniform::kResultElementCount;  // values per drawn group
+
+ private:
 
   void Draw(size_t count) {
     if (drawn_.size() < count) {
@@ -359,14 +363,37 @@ class DropoutMaskOp : public OpKernel {
     RateAndScale(ctx, &rate, &scale);
     const int64_t n = ids.size(), width = width_;
     const int64_t largest = (std::numeric_limits<int64_t>::max() - width) / width;  // ids * width fits below it
+    int64_t top = -1;
     for (int64_t i = 0; i < n; ++i) {
       OP_REQUIRES(ctx, ids(i) >= 0 && ids(i) <= largest,
                   InvalidArgument("ids must be >= 0 and ids * width must fit in int64, got ids[", i, "] = ", ids(i),
                                   " with width ", width));
+      top = std::max<int64_t>(top, ids(i));
     }
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, ::tensorflow::TensorShape({n, width}), &output));
     T* out = output->flat<T>().data();
+    // Rows narrower than a group whose ids cover their range densely (a chunk's edges: a permutation of them)
+    // would draw each group once per row, up to kGroup times: draw the range once instead, in stretches of whole
+    // groups, and copy each row's entries from it. The same values either way.
+    const int64_t range = (top + 1) * width;
+    if (width < RunDropper<T>::kGroup && n > 0 && range <= 2 * n * width) {
+      Tensor drawn;
+      OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DataTypeToEnum<T>::value, {range}, &drawn));
+      T* all = drawn.flat<T>().data();
+      const int64_t stretch = 4096, stretches = (range + stretch - 1) / stretch;
+      ParallelRange(ctx, stretches, [&](int64_t begin, int64_t end) {
+        RunDropper<T>(base, rate, scale)
+            .Drop(
+                begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
+                [&](int64_t r) { return std::min(stretch, range - r * stretch); },
+                [&](int64_t r) { return r * stretch; }, nullptr, all);
+      }, stretch);
+      ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
+        for (int64_t r = begin; r < end; ++r) std::copy_n(all + ids(r) * width, width, out + r * width);
+      }, width);
+      return;
+    }
     ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
       RunDropper<T>(base, rate, scale)
           .Drop(

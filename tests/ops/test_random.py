@@ -97,9 +97,10 @@ def test_dropout_rows_is_keras_dropout_of_the_whole_tensor_at_those_rows(uniform
     generator = keras.random.SeedGenerator()
     generator.state.assign(state)
     want = keras.random.dropout(whole, rate, seed=generator).numpy()
-    ids = np.array([52, 0, 7, 7, 30, 1])
-    got = ops.dropout_rows(tf.gather(whole, ids), rate, ops.dropout_seed(tf.constant(state)), ids)
-    np.testing.assert_array_equal(got.numpy(), want[ids])
+    # A few rows at random; every row in shuffled order with some twice (narrow rows then draw the range once)
+    for ids in (np.array([52, 0, 7, 7, 30, 1]), np.concatenate([np.random.default_rng(0).permutation(53), [9, 9]])):
+        got = ops.dropout_rows(tf.gather(whole, ids), rate, ops.dropout_seed(tf.constant(state)), ids)
+        np.testing.assert_array_equal(got.numpy(), want[ids])
     assert 0 < np.mean(want == 0) < 1
 
 
