@@ -361,12 +361,12 @@ class EdgeCodeGradOp : public OpKernel {
     call.grad = g;
     call.winners = extreme ? aux.flat<Index>().data() : nullptr;
     call.state = softmax ? state.flat<T>().data() : nullptr;
-    call.dst_terms = both && terms.NumElements() > 0 ? terms.flat<T>().data() : nullptr;
-    RunCode(ctx, attrs_, args, call, both && call.dst_terms == nullptr ? kLoadSrc : side_);
+    call.dst_terms = both && terms.NumElements() > 0 ? terms.flat<T>().data() : nullptr;  // null: no edges
+    RunCode(ctx, attrs_, args, call, side_);
     if (both) {
       T* d_dst = out_dst->flat<T>().data();
       RunSegments(ctx, args.csc, args.p.dst_width, [&](int64_t first, int64_t last) {
-        SumEdgeRows(args.csc, call.dst_terms, call.dst_terms != nullptr ? args.p.dst_width : 0, first, last, d_dst);
+        SumEdgeRows(args.csc, call.dst_terms, args.p.dst_width, first, last, d_dst);
       });
     }
   }

@@ -186,6 +186,20 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
         _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
 
 
+@pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
+def test_one_walk_over_no_edges_gives_zero_gradients(kernel_mode):
+    """A chunk without edges: both gradients are zero (the destination's too, though no edge row was written)."""
+    code = attention(16, heads=4)
+    graph = ngra_tf.Graph.from_edges(np.zeros(0, np.int64), np.zeros(0, np.int64), 5)
+    x_src = tf.ones([5, 20])
+    x_dst = tf.fill([5, 4], 7.0)
+    for _ in range(2):  # a second call may get the first's freed buffers
+        out = _run(graph.adjacency, code, (x_src, x_dst, None, None), "softmax", lambda o: tf.ones_like(o) * 3.0,
+                   kernel_mode, src_and_dst=True)
+        np.testing.assert_array_equal(out[1].numpy(), np.zeros([5, 20]))
+        np.testing.assert_array_equal(out[2].numpy(), np.zeros([5, 4]))
+
+
 @pytest.mark.parametrize("heads", [2, 4, 8])  # runs of 8, 4 and 2 features
 @pytest.mark.parametrize("reduce", ["softmax", "sum", "max"])
 def test_registers_the_same_over_each_head_equal_the_unfused_path(reduce, heads):
