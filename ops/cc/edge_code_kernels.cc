@@ -363,10 +363,17 @@ class EdgeCodeGradOp : public OpKernel {
     call.state = softmax ? state.flat<T>().data() : nullptr;
     call.dst_terms = both && terms.NumElements() > 0 ? terms.flat<T>().data() : nullptr;  // null: no edges
     RunCode(ctx, attrs_, args, call, side_);
-    if (both) {
+    if (both) {  // d x_dst[v] = the sum of v's in-edges' terms, in stored order: gather's walk over edge rows
+      Segments<Index> by_edge = args.csc;
+      by_edge.indices = args.csc.edge_ids;
+      Operands<T> terms_in;
+      terms_in.x_src = call.dst_terms;
+      terms_in.width = args.p.dst_width;
       T* d_dst = out_dst->flat<T>().data();
-      RunSegments(ctx, args.csc, args.p.dst_width, [&](int64_t first, int64_t last) {
-        SumEdgeRows(args.csc, call.dst_terms, args.p.dst_width, first, last, d_dst);
+      RunSegments(ctx, by_edge, args.p.dst_width, [&](int64_t first, int64_t last) {
+        FusedGather<CopySrc, Reduce::kSum, WeightKind::kNone>(by_edge, terms_in, args.num_edges, first, last, d_dst,
+                                                              static_cast<Index*>(nullptr),
+                                                              static_cast<const T*>(nullptr));
       });
     }
   }

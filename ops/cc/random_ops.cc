@@ -316,6 +316,20 @@ class RunDropper {
   std::vector<T> uniforms_;
 };
 
+// Dropout of flat positions [0, size): out = x * scale where kept, else 0 (with no x, the multiplier itself), in
+// stretches of `stretch` positions (whole groups, so that no group is drawn twice).
+template <typename T>
+void DropFlat(OpKernelContext* ctx, const PhiloxRandom& base, T rate, T scale, int64_t size, const T* x, T* out) {
+  const int64_t stretch = 4096, stretches = (size + stretch - 1) / stretch;
+  ParallelRange(ctx, stretches, [&](int64_t begin, int64_t end) {
+    RunDropper<T>(base, rate, scale)
+        .Drop(
+            begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
+            [&](int64_t r) { return std::min(stretch, size - r * stretch); }, [&](int64_t r) { return r * stretch; },
+            x, out);
+  }, stretch);
+}
+
 // rate and scale (inputs 3 and 4), as stateless_dropout makes them in the values' dtype.
 template <typename T>
 void RateAndScale(OpKernelContext* ctx, T* rate, T* scale) {
@@ -381,14 +395,7 @@ class DropoutMaskOp : public OpKernel {
       Tensor drawn;
       OP_REQUIRES_OK(ctx, ctx->allocate_temp(::tensorflow::DataTypeToEnum<T>::value, {range}, &drawn));
       T* all = drawn.flat<T>().data();
-      const int64_t stretch = 4096, stretches = (range + stretch - 1) / stretch;
-      ParallelRange(ctx, stretches, [&](int64_t begin, int64_t end) {
-        RunDropper<T>(base, rate, scale)
-            .Drop(
-                begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
-                [&](int64_t r) { return std::min(stretch, range - r * stretch); },
-                [&](int64_t r) { return r * stretch; }, nullptr, all);
-      }, stretch);
+      DropFlat<T>(ctx, base, rate, scale, range, nullptr, all);
       ParallelRange(ctx, n, [&](int64_t begin, int64_t end) {
         for (int64_t r = begin; r < end; ++r) std::copy_n(all + ids(r) * width, width, out + r * width);
       }, width);
@@ -439,16 +446,7 @@ class DropoutOp : public OpKernel {
     const Tensor& x = ctx->input(2);
     Tensor* output = nullptr;
     OP_REQUIRES_OK(ctx, ctx->allocate_output(0, x.shape(), &output));
-    // The flat tensor in stretches of `stretch` positions (whole groups, so that no group is drawn twice).
-    const int64_t stretch = 4096;
-    const int64_t size = x.NumElements(), stretches = (size + stretch - 1) / stretch;
-    ParallelRange(ctx, stretches, [&](int64_t begin, int64_t end) {
-      RunDropper<T>(base, rate, scale)
-          .Drop(
-              begin, end, [&](int64_t r) { return static_cast<uint64_t>(r * stretch); },
-              [&](int64_t r) { return std::min(stretch, size - r * stretch); }, [&](int64_t r) { return r * stretch; },
-              x.flat<T>().data(), output->flat<T>().data());
-    }, stretch);
+    DropFlat<T>(ctx, base, rate, scale, x.NumElements(), x.flat<T>().data(), output->flat<T>().data());
   }
 };
 

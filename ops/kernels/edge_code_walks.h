@@ -147,8 +147,8 @@ inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count
 // ---- Gradients ----
 
 // The side of a walk over sources (CSR) that also computes, for each edge, the adjoints of the destination's
-// loads into a row of its own (CodeCall::dst_terms, dst_width wide, in CSC order); SumEdgeRows then adds them
-// up per destination. One walk for both operands instead of a second that reads each edge's source row again:
+// loads into a row of its own (CodeCall::dst_terms, dst_width wide, in CSC order); the op then adds them up
+// per destination (gather's walk over edge rows). One walk for both operands instead of a second that reads each edge's source row again:
 // for destination rows much narrower than the source's (attention's per-head scores), whose terms are small.
 constexpr int kLoadSrcAndDst = kLoadSrcTyped + 1;
 
@@ -461,20 +461,6 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
     }
   }
   delete regs;
-}
-
-// out[v] = the sum of rows[e] over v's in-edges e, in stored order, for the segments [first, last): the
-// destination's gradient from the terms of a kLoadSrcAndDst walk (the order a walk over destinations adds in).
-template <typename T, typename Index>
-void SumEdgeRows(const Segments<Index>& csc, const T* rows, int64_t width, int64_t first, int64_t last, T* out) {
-  for (int64_t v = first; v < last; ++v) {
-    T* __restrict o = out + v * width;
-    std::memset(o, 0, sizeof(T) * width);
-    for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
-      const T* __restrict r = rows + static_cast<int64_t>(csc.Edge(k)) * width;
-      for (int64_t j = 0; j < width; ++j) o[j] += r[j];
-    }
-  }
 }
 
 // d x_dst (side kLoadDst: rows per destination) or d edge (kLoadEdge: rows per
