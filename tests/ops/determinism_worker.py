@@ -75,8 +75,8 @@ def gradient(out, prefix, tape, loss, args):
 def main():
     rng = np.random.default_rng(0)
     # (E + 1) * F = 5.8M: the kernels cut 4 segment blocks per thread (they need 32K
-    # each). 9000 gathered rows of 32 features and degree 20 also make every walk
-    # but type_select's x_src gradient cut the rows into cache blocks.
+    # each). (Cutting the gathered rows into cache blocks needs 16 edges per segment
+    # and block, far more than degree 20: test_propagation's blocked shapes test that.)
     # Skewed degrees (so blocks hold unequal vertex counts), isolated vertices,
     # multi-edges and self loops.
     src = (rng.pareto(1.5, NUM_EDGES) * 50).astype(np.int64) % (NUM_VERTICES - 100)

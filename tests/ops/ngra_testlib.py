@@ -78,8 +78,8 @@ def make_adjacency(kind, rng, index_dtype=np.int32):
 # Shapes that make the kernels cut the gathered rows into cache blocks (see
 # ReduceSegments in ops/kernels/propagate.h): many gathered rows (over 1 MiB
 # of feature tiles) and high degree. "wide_src" blocks the forward and x_dst
-# gradient walks (5000 source rows, in-degree 100), "wide_dst" the x_src
-# gradient walk (5000 destination rows, out-degree 100); "unsorted" is
+# gradient walks (5000 source rows, in-degree 133), "wide_dst" the x_src
+# gradient walk (5000 destination rows, out-degree 133); "unsorted" is
 # wide_src with the edges of every segment, CSC and CSR, in shuffled order.
 BLOCKED_KINDS = ("wide_src", "wide_dst", "unsorted")
 BLOCKED_WIDTH = 130  # two full feature tiles of float32 (128) or three of float64 (64), then a partial one
@@ -87,7 +87,7 @@ BLOCKED_WIDTH = 130  # two full feature tiles of float32 (128) or three of float
 
 def blocked_adjacency(kind, index_dtype=np.int32, seed=0):
     rng = np.random.default_rng(seed)
-    many, few, edges = 5000, 40, 4000
+    many, few, edges = 5000, 30, 4000
     if kind == "wide_dst":
         adjacency, _ = Adjacency.from_coo(rng.integers(0, few, edges), rng.integers(0, many, edges), few, many)
     else:
@@ -102,7 +102,7 @@ def cache_blocks(gathered_rows, parts, itemsize, positions, segments):
     tile_bytes = 512 * parts
     rows_per_block = max(1, (1 << 20) // tile_bytes)
     blocks = -(-gathered_rows // rows_per_block)
-    return blocks if blocks > 1 and positions >= 4 * blocks * segments else 1
+    return blocks if blocks > 1 and positions >= 16 * blocks * segments else 1  # kMinEdgesPerBlock
 
 
 def _shuffle_segments(indptr, rng):
