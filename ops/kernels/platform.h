@@ -55,18 +55,27 @@ __attribute__((always_inline)) inline float HostExpFloat(float x) {
   return x != x ? x : result;
 }
 
-// tanh for float: an odd polynomial near 0 (Cephes tanhf), 1 - 2/(e^2|x| + 1) beyond.
+// tanh for float: x P(x^2) / Q(x^2) on x clamped to [-9, 9] (past 9, tanh
+// rounds to +-1 in float), P and Q of degree 4, fitted to tanh by iterated
+// weighted least squares on the relative error (2e-8 in double; within 7 ulp
+// once evaluated in float). Half the time of 1 - 2 / (e^2|x| + 1) beside a
+// polynomial near 0, which computed both and the exp: a tanh gate's walks
+// spend their time here.
 __attribute__((always_inline)) inline float HostTanhFloat(float x) {
-  const float a = std::fabs(x);
-  const float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
-  const float small = p * z * x + x;
-  const float big = 1.0f - 2.0f / (HostExpFloat(2.0f * a) + 1.0f);
-  return a < 0.625f ? small : (x < 0.0f ? -big : big);
+  const float c = x < -9.0f ? -9.0f : (x > 9.0f ? 9.0f : x);
+  const float z = c * c;
+  float p = 1.33550051e-8f;
+  p = p * z + 2.06093573e-5f;
+  p = p * z + 3.49560613e-3f;
+  p = p * z + 1.33810416e-1f;
+  p = p * z + 1.0f;
+  float q = 7.77670721e-7f;
+  q = q * z + 3.28566355e-4f;
+  q = q * z + 2.58770529e-2f;
+  q = q * z + 4.67143565e-1f;
+  q = q * z + 1.0f;
+  const float y = c * p / q;
+  return x != x ? x : y;
 }
 #endif  // __CUDACC_RTC__
 
