@@ -170,10 +170,10 @@ class LayerKernels:
         with tf.name_scope("ApplyEdge/Hoisted"):
             src = [t for t in program.src_frontier if "s:" + t.name in keys or "fused_src" in keys]
             dst = [t for t in program.dst_frontier if "d:" + t.name in keys or "fused_dst" in keys]
-            for t, value in zip(src, self.edge_replay.evaluate(src, {edge.inputs["src"].name: x})):
-                values["s:" + t.name] = value
-            for t, value in zip(dst, self.edge_replay.evaluate(dst, {edge.inputs["dst"].name: x})):
-                values["d:" + t.name] = value
+            # One evaluation for both endpoints, fed the same rows: what they compute alike runs once.
+            both = self.edge_replay.evaluate(src + dst, {edge.inputs["src"].name: x, edge.inputs["dst"].name: x})
+            values.update(("s:" + t.name, value) for t, value in zip(src, both))
+            values.update(("d:" + t.name, value) for t, value in zip(dst, both[len(src):]))
             if self.code is not None:
                 for key, tensors, x in (("fused_src", self.code.src, x), ("fused_dst", self.code.dst, x)):
                     if key in keys:

@@ -41,6 +41,8 @@ class Replay:
             if isinstance(tf_variable, tf.Variable):
                 by_handle[id(tf_variable.handle)] = tf_variable
         self._variable_of = {name: by_handle.get(id(outer)) for name, outer in trace.external.items()}
+        # Variables the trace assigns (a dropout seed advancing): two reads of one may differ.
+        self._assigned = {op.inputs[0].name for op in trace.graph.get_operations() if op.type in _SIDE_EFFECTS}
 
     def bound(self, replacement: dict):
         """This replay reading other variables: replacement maps id(tf.Variable) of each variable read to the one
@@ -49,6 +51,7 @@ class Replay:
         other.trace = self.trace
         other._variable_of = {name: None if variable is None else replacement[id(variable)]
                               for name, variable in self._variable_of.items()}
+        other._assigned = self._assigned
         return other
 
     def evaluate(self, targets, feeds=None, memo=None):
@@ -59,8 +62,8 @@ class Replay:
         """
         memo = {} if memo is None else memo
         memo.update(feeds or {})
-        handles_read = set()
-        self._run_ops(self.trace.ops_between(memo, targets), memo, handles_read)
+        handles_read, seen = set(), {}
+        self._run_ops(self.trace.ops_between(memo, targets), memo, handles_read, seen)
         # Variable updates that belong to what was just read (a dropout seed
         # advancing) run once per evaluation context, after the reads.
         if handles_read:
@@ -68,12 +71,15 @@ class Replay:
                        if op.type in _SIDE_EFFECTS and op.inputs[0].name in handles_read
                        and op.name not in memo]
             for op in updates:
-                self._run_ops(self.trace.ops_between(memo, list(op.inputs)), memo, handles_read)
+                self._run_ops(self.trace.ops_between(memo, list(op.inputs)), memo, handles_read, seen)
                 self._call(op, [self._input(t, memo) for t in op.inputs])
                 memo[op.name] = None
         return [memo[t.name] for t in targets]
 
-    def _run_ops(self, ops, memo, handles_read):
+    def _run_ops(self, ops, memo, handles_read, seen):
+        """Runs `ops` into memo. An op the same as one already run here (same kind, attributes and input values)
+        is not built again: `seen` maps such a signature to its outputs. So x W traced twice (GAT projects both
+        endpoints with one W, and the hoist feeds both the same rows) is one product, and one in the gradient."""
         for op in ops:
             if op.type == "Placeholder":
                 if op.outputs[0].name in self.trace.external:
@@ -82,15 +88,28 @@ class Replay:
             if op.name in self.trace.markers:
                 raise ValueError(f"cannot evaluate {op.name}: the plan computes it ({self.trace.markers[op.name]})")
             if op.type == "ReadVariableOp" and op.inputs[0].name in self._variable_of:
-                handles_read.add(op.inputs[0].name)
-                variable = self._variable_of[op.inputs[0].name]
+                handle = op.inputs[0].name
+                handles_read.add(handle)
+                variable = self._variable_of[handle]
                 if variable is not None:
-                    memo[op.outputs[0].name] = variable.value()
+                    shared, key = handle not in self._assigned, ("read", id(variable))
+                    value = seen.get(key) if shared else None
+                    if value is None:
+                        value = variable.value()
+                        if shared:
+                            seen[key] = value
+                    memo[op.outputs[0].name] = value
                     continue
             if op.type == "Const":
                 memo[op.outputs[0].name] = tf.constant(tf.make_ndarray(op.get_attr("value")))
                 continue
-            values = self._call(op, [self._input(t, memo) for t in op.inputs])
+            inputs = [self._input(t, memo) for t in op.inputs]
+            key = None if op.op_def.is_stateful else _signature(op, inputs)
+            values = seen.get(key) if key is not None else None
+            if values is None:
+                values = self._call(op, inputs)
+                if key is not None:
+                    seen[key] = values
             for tensor, value in zip(op.outputs, values):
                 memo[tensor.name] = value
 
@@ -136,6 +155,12 @@ class Replay:
                 flat.extend(item if isinstance(item, (list, tuple)) else [item])
             return flat
         return [result]
+
+
+def _signature(op, inputs):
+    """What makes two stateless ops compute the same: their kind, attributes and input values (by identity)."""
+    attrs = tuple(sorted((name, value.SerializeToString()) for name, value in op.node_def.attr.items()))
+    return op.type, tuple(id(value) for value in inputs), attrs
 
 
 def sparse_with_values(sparse: tf.SparseTensor, values) -> tf.SparseTensor:
