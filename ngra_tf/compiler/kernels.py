@@ -170,10 +170,11 @@ class LayerKernels:
         with tf.name_scope("ApplyEdge/Hoisted"):
             src = [t for t in program.src_frontier if "s:" + t.name in keys or "fused_src" in keys]
             dst = [t for t in program.dst_frontier if "d:" + t.name in keys or "fused_dst" in keys]
-            # One evaluation for both endpoints, fed the same rows: what they compute alike runs once.
-            both = self.edge_replay.evaluate(src + dst, {edge.inputs["src"].name: x, edge.inputs["dst"].name: x})
-            values.update(("s:" + t.name, value) for t, value in zip(src, both))
-            values.update(("d:" + t.name, value) for t, value in zip(dst, both[len(src):]))
+            # Both endpoints fed the same rows: what they compute alike (a shared projection) is built once.
+            seen = {}
+            for prefix, tensors, name in (("s:", src, "src"), ("d:", dst, "dst")):
+                values.update((prefix + t.name, value) for t, value in
+                              zip(tensors, self.edge_replay.evaluate(tensors, {edge.inputs[name].name: x}, seen=seen)))
             if self.code is not None:
                 for key, tensors, x in (("fused_src", self.code.src, x), ("fused_dst", self.code.dst, x)):
                     if key in keys:

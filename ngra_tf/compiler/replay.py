@@ -54,15 +54,17 @@ class Replay:
         other._assigned = self._assigned
         return other
 
-    def evaluate(self, targets, feeds=None, memo=None):
+    def evaluate(self, targets, feeds=None, memo=None, seen=None):
         """Values of `targets` (traced tensors), with `feeds` (traced tensor name -> value) given.
 
         `memo` (a dict, updated in place) carries values between calls that
         share a context, such as the two halves of a chunk's edge stage.
+        `seen` (a dict, updated in place) lets calls with contexts of their own
+        share what they build alike (see _run_ops).
         """
         memo = {} if memo is None else memo
         memo.update(feeds or {})
-        handles_read, seen = set(), {}
+        handles_read, seen = set(), {} if seen is None else seen
         self._run_ops(self.trace.ops_between(memo, targets), memo, handles_read, seen)
         # Variable updates that belong to what was just read (a dropout seed
         # advancing) run once per evaluation context, after the reads.
@@ -77,9 +79,11 @@ class Replay:
         return [memo[t.name] for t in targets]
 
     def _run_ops(self, ops, memo, handles_read, seen):
-        """Runs `ops` into memo. An op the same as one already run here (same kind, attributes and input values)
-        is not built again: `seen` maps such a signature to its outputs. So x W traced twice (GAT projects both
-        endpoints with one W, and the hoist feeds both the same rows) is one product, and one in the gradient."""
+        """Runs `ops` into memo. A stateless op the same as one already built (same kind, attributes and input
+        values) is not built again: `seen` maps such a signature to its outputs, and a variable the trace never
+        assigns to its one read. So x W traced twice (GAT projects both endpoints with one W, and the hoist feeds
+        both the same rows) is one product, and one in the gradient. Reads of an assigned variable (a dropout
+        seed) stay apart, so what they feed is built again."""
         for op in ops:
             if op.type == "Placeholder":
                 if op.outputs[0].name in self.trace.external:
@@ -105,11 +109,12 @@ class Replay:
                 continue
             inputs = [self._input(t, memo) for t in op.inputs]
             key = None if op.op_def.is_stateful else _signature(op, inputs)
-            values = seen.get(key) if key is not None else None
-            if values is None:
+            if key in seen:
+                values = seen[key][1]
+            else:
                 values = self._call(op, inputs)
                 if key is not None:
-                    seen[key] = values
+                    seen[key] = (inputs, values)  # the inputs kept alive: their ids are in the key
             for tensor, value in zip(op.outputs, values):
                 memo[tensor.name] = value
 

@@ -44,3 +44,23 @@ def test_the_same_rows_through_the_same_weights_are_one_product_with_its_gradien
         with tf.GradientTape() as tape:
             want = tf.reduce_sum(tf.tanh(x @ w.value) * (dst @ w.value))
         np.testing.assert_allclose(d_w, tape.gradient(want, w.value), rtol=1e-5, atol=1e-6)
+
+
+def test_reads_of_a_variable_the_trace_assigns_stay_apart():
+    """A seed that advances between two draws (one Keras dropout on both endpoints) gives two draws, not one."""
+    counter = keras.Variable(3.0)
+
+    def stage(src, dst):
+        first = src * counter.value
+        counter.assign_add(1.0)
+        return first + dst * counter.value
+
+    trace = trace_stage(stage, SPECS)
+    replay = Replay(trace, [counter])
+    products = [op.outputs[0] for op in trace.graph.get_operations() if op.type == "Mul"]
+    x = tf.ones([2, 4])
+    seen = {}  # shared, as the hoist shares it between the endpoints
+    first = replay.evaluate(products[:1], {trace.inputs["src"].name: x}, seen=seen)[0]
+    second = replay.evaluate(products[1:], {trace.inputs["dst"].name: x}, seen=seen)[0]
+    np.testing.assert_array_equal(first, 3.0 * x)
+    np.testing.assert_array_equal(second, 4.0 * x)  # read after the first evaluation advanced it
