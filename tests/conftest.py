@@ -110,9 +110,9 @@ SLOW = {
     "tests/test_readme.py::test_readme_block[docs/guide/stores.md@36]",
     "tests/test_readme.py::test_readme_block[docs/guide/stores.md@123]",
     # (a fresh clone's make test took 9:41 on 2026-11-28 with a warm kernel cache; the suite alone ran 7:27 with a
-    # cold one (CI's) against 6:20 warm, so 9-10 minutes with the install: the
-    # default suite keeps the module cache's use by every generated-code test, and the guides' edge-code and store
-    # blocks; the guides' other blocks are marked slow where they stand)
+    # cold one (CI's) against 6:20 warm, so 9-10 minutes with the install: the default suite keeps the module
+    # cache's use by every generated-code test, and the guides' edge-code and store blocks; the guides' other
+    # blocks are marked slow where they stand)
     "tests/ops/test_generated_cuda.py::test_a_module_is_cached_per_program_and_arch",
 }
 

@@ -41,8 +41,6 @@ class Replay:
             if isinstance(tf_variable, tf.Variable):
                 by_handle[id(tf_variable.handle)] = tf_variable
         self._variable_of = {name: by_handle.get(id(outer)) for name, outer in trace.external.items()}
-        # Variables the trace assigns (a dropout seed advancing): two reads of one may differ.
-        self._assigned = {op.inputs[0].name for op in trace.graph.get_operations() if op.type in _SIDE_EFFECTS}
 
     def bound(self, replacement: dict):
         """This replay reading other variables: replacement maps id(tf.Variable) of each variable read to the one
@@ -51,8 +49,17 @@ class Replay:
         other.trace = self.trace
         other._variable_of = {name: None if variable is None else replacement[id(variable)]
                               for name, variable in self._variable_of.items()}
-        other._assigned = self._assigned
         return other
+
+    @functools.cached_property
+    def _updates(self) -> list:
+        """The trace's variable updates (a dropout seed advancing)."""
+        return [op for op in self.trace.graph.get_operations() if op.type in _SIDE_EFFECTS]
+
+    @functools.cached_property
+    def _assigned(self) -> frozenset:
+        """Handles of the variables the trace updates: two reads of one may differ."""
+        return frozenset(op.inputs[0].name for op in self._updates)
 
     def evaluate(self, targets, feeds=None, memo=None, seen=None):
         """Values of `targets` (traced tensors), with `feeds` (traced tensor name -> value) given.
@@ -69,9 +76,7 @@ class Replay:
         # Variable updates that belong to what was just read (a dropout seed
         # advancing) run once per evaluation context, after the reads.
         if handles_read:
-            updates = [op for op in self.trace.graph.get_operations()
-                       if op.type in _SIDE_EFFECTS and op.inputs[0].name in handles_read
-                       and op.name not in memo]
+            updates = [op for op in self._updates if op.inputs[0].name in handles_read and op.name not in memo]
             for op in updates:
                 self._run_ops(self.trace.ops_between(memo, list(op.inputs)), memo, handles_read, seen)
                 self._call(op, [self._input(t, memo) for t in op.inputs])
