@@ -47,7 +47,7 @@ DISABLE_ENV = "NGRA_TF_GENERATED_CODE"  # "0": always interpret (A/B benchmarks,
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _HEADERS = ("platform.h", "edge_code.h", "edge_code_walks.h", "propagate.h", "programs.h", "reducers.h",
             "segments.h")
-ABI = 2  # kCodeCallAbi in ops/kernels/edge_code_walks.h
+ABI = 3  # kCodeCallAbi in ops/kernels/edge_code_walks.h
 CODE_REDUCES = ("sum", "mean", "max", "min", "softmax")  # the order of CodeReduce in ops/kernels/edge_code_walks.h
 
 

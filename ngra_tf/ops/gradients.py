@@ -110,7 +110,7 @@ def _edge_code_grad(op, grad, _):
         d.set_shape(op.inputs[index].shape)
         return d
 
-    if wanted(0) and wanted(1) and src_walk_takes_dst(op.inputs[0], op.inputs[1]):
+    if wanted(0) and wanted(1) and src_walk_takes_dst(op.inputs[0], op.inputs[1], attrs["code"][0::4]):
         d_src, d_dst = library().ngra_edge_code_grad(*args, reduce=reduce, wrt="x_src_and_dst", **attrs)
         d_src.set_shape(op.inputs[0].shape)
         d_dst.set_shape(op.inputs[1].shape)

@@ -256,12 +256,15 @@ Segments<Index> MakeSegments(const Tensor& indptr, const Tensor* indices, const 
   return seg;
 }
 
-// Runs kernel(first, last) over edge-balanced blocks of seg.
+// Runs kernel(first, last) over edge-balanced blocks of seg's segments [begin, end) (all of them by default).
 template <typename Index, typename Kernel>
-void RunSegments(OpKernelContext* ctx, const Segments<Index>& seg, int64_t width, Kernel&& kernel) {
-  const int64_t positions = seg.num_segments > 0 ? static_cast<int64_t>(seg.indptr[seg.num_segments]) : 0;
-  const auto bounds = BalancedBlocks(seg.indptr, seg.num_segments, NumBlocks(ctx, positions, width));
-  ForEachBlock(bounds, CpuParallel(ctx), kernel);
+void RunSegments(OpKernelContext* ctx, const Segments<Index>& seg, int64_t width, Kernel&& kernel,
+                 int64_t begin = 0, int64_t end = -1) {
+  if (end < 0) end = seg.num_segments;
+  if (end <= begin) return;
+  const int64_t positions = static_cast<int64_t>(seg.indptr[end]) - static_cast<int64_t>(seg.indptr[begin]);
+  const auto bounds = BalancedBlocks(seg.indptr + begin, end - begin, NumBlocks(ctx, positions, width));
+  ForEachBlock(bounds, CpuParallel(ctx), [&](int64_t first, int64_t last) { kernel(begin + first, begin + last); });
 }
 
 // ---- Dispatch from attribute strings to template arguments ----

@@ -296,7 +296,7 @@ aux is the forward's argedge (max/min), state its finished softmax state
 (softmax); each is empty otherwise. wrt x_src_and_dst gives both d x_src
 (output) and d x_dst (output_dst, empty for any other wrt); on the CPU from
 one walk over sources, which leaves each edge's share of d x_dst in a row of
-its own and sums them per destination after.
+its own and adds them per destination after each block of a few MiB.
 )doc");
 
 #undef NGRA_EDGE_CODE_INPUTS

@@ -147,9 +147,9 @@ inline void AdjointTile(const EdgeCode<T>& p, CodeRegisters<T>* r, int64_t count
 // ---- Gradients ----
 
 // The side of a walk over sources (CSR) that also computes, for each edge, the adjoints of the destination's
-// loads into a row of its own (CodeCall::dst_terms, dst_width wide, in CSC order); the op then adds them up
-// per destination (gather's walk over edge rows). One walk for both operands instead of a second that reads each edge's source row again:
-// for destination rows much narrower than the source's (attention's per-head scores), whose terms are small.
+// loads into a row of its own (CodeCall::dst_terms, dst_width wide, in CSR order from terms_first); the op adds
+// them into the destinations' rows after each block of sources (AddDstTerms). One walk for both operands
+// instead of a second that evaluates the program for every edge again.
 constexpr int kLoadSrcAndDst = kLoadSrcTyped + 1;
 
 // What reaches one edge's message from d (the result): `grad` rows are
@@ -437,10 +437,11 @@ NGRA_PREFETCH_INLINE void PrefetchEdge(const EdgeCode<T>& p, int64_t e) {
 }
 
 // d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide. With
-// dst_terms (side kLoadSrcAndDst), also each edge's adjoints of the destination's loads, into its row there.
+// dst_terms (side kLoadSrcAndDst), also each edge's adjoints of the destination's loads, into its row there:
+// the row of CSR position k is k - terms_first.
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
-                 int64_t first, int64_t last, T* d_src, T* dst_terms = nullptr) {
+                 int64_t first, int64_t last, T* d_src, T* dst_terms = nullptr, int64_t terms_first = 0) {
   auto* regs = new CodeRegisters<T>;
   const Code code(p);
   const int side = dst_terms != nullptr ? kLoadSrcAndDst : kLoadSrc;
@@ -450,7 +451,7 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
     std::memset(row, 0, sizeof(T) * p.src_width);
     for (Index k = csr.Begin(u), end = csr.End(u); k < end; ++k) {
       const Index e = csr.Edge(k);
-      T* terms = dst_terms != nullptr ? dst_terms + static_cast<int64_t>(e) * p.dst_width : nullptr;
+      T* terms = dst_terms != nullptr ? dst_terms + (static_cast<int64_t>(k) - terms_first) * p.dst_width : nullptr;
       if (terms != nullptr) std::memset(terms, 0, sizeof(T) * p.dst_width);
       if (!reaches) continue;
       if (k + kPrefetchDistance < csr.End(last - 1)) {
@@ -461,6 +462,27 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
     }
   }
   delete regs;
+}
+
+// Adds the destination terms of CSR positions [k0, k1) (rows of `terms` from k0) into the rows of d_dst of
+// the destinations [first, last) among them. A thread owns a range of destinations and reads every position's
+// destination, so that each row adds its terms in CSR order, whatever the threads and blocks.
+template <typename T, typename Index>
+void AddDstTerms(const Segments<Index>& csr, const T* terms, int64_t width, int64_t k0, int64_t k1,
+                 int64_t first, int64_t last, T* d_dst) {
+  for (int64_t k = k0; k < k1; ++k) {
+    const int64_t v = csr.Row(static_cast<Index>(k));
+    if (k + kPrefetchDistance < k1) {
+      const int64_t ahead = csr.Row(static_cast<Index>(k + kPrefetchDistance));
+      if (ahead >= first && ahead < last) {
+        PrefetchBytes(d_dst + ahead * width, std::min<int64_t>(width * sizeof(T), kPrefetchMax));
+      }
+    }
+    if (v < first || v >= last) continue;
+    const T* __restrict term = terms + (k - k0) * width;
+    T* __restrict row = d_dst + v * width;
+    for (int64_t j = 0; j < width; ++j) row[j] += term[j];
+  }
 }
 
 // d x_dst (side kLoadDst: rows per destination) or d edge (kLoadEdge: rows per
@@ -496,7 +518,7 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
 // one program and reduce, and exports them as plain C functions that take a
 // CodeCall; its layout is kCodeCallAbi, which the library's signature names).
 
-constexpr int kCodeCallAbi = 2;
+constexpr int kCodeCallAbi = 3;
 
 // Reduce codes: the order of the op's reduce attribute.
 enum CodeReduce : int { kCodeSum = 0, kCodeMean, kCodeMax, kCodeMin, kCodeSoftmax };
@@ -512,7 +534,8 @@ struct CodeCall {
   const T* grad = nullptr;     // gradient: d result (mean: 1/degree folded in)
   const Index* winners = nullptr;  // gradient, max / min: the forward's arg
   const T* state = nullptr;        // gradient, softmax: the forward's finished state
-  T* dst_terms = nullptr;          // gradient, kLoadSrcAndDst: a row per edge (dst_width wide, CSC order)
+  T* dst_terms = nullptr;          // gradient, kLoadSrcAndDst: a row per edge (dst_width wide, CSR order)
+  int64_t terms_first = 0;         // gradient, kLoadSrcAndDst: the CSR position of dst_terms' first row
 };
 
 // The forward over segments [first, last) of c.csc.
@@ -535,7 +558,8 @@ void RunCodeGrad(const CodeCall<T, Index>& c, int side, int64_t first, int64_t l
                      : (kReduce == kCodeMax || kReduce == kCodeMin) ? Seed::kWinner : Seed::kWhole;
   const CodeSeed<S, T, Index> seed{c.grad, c.winners, c.state, c.p.width};
   if (side == kLoadSrc || side == kLoadSrcAndDst) {
-    CodeGradSrc<S, T, Index, Code>(c.csr, c.p, seed, first, last, c.out, side == kLoadSrcAndDst ? c.dst_terms : nullptr);
+    CodeGradSrc<S, T, Index, Code>(c.csr, c.p, seed, first, last, c.out,
+                                   side == kLoadSrcAndDst ? c.dst_terms : nullptr, c.terms_first);
   } else {
     CodeGradDstOrEdge<S, T, Index, Code>(c.csc, c.p, seed, side, first, last, c.out);
   }

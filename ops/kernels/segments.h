@@ -44,9 +44,11 @@ std::vector<int64_t> BalancedBlocks(const Index* indptr, int64_t num_segments,
                                     int64_t max_blocks) {
   std::vector<int64_t> bounds{0};
   if (num_segments == 0) return bounds;
-  const int64_t total = static_cast<int64_t>(indptr[num_segments]) + num_segments;
+  // Costs from indptr[0], so that a view of some segments (indptr + first) splits as well.
+  const int64_t base = static_cast<int64_t>(indptr[0]);
+  const int64_t total = static_cast<int64_t>(indptr[num_segments]) - base + num_segments;
   const int64_t blocks = std::max<int64_t>(1, std::min(max_blocks, num_segments));
-  auto cost_before = [&](int64_t s) { return static_cast<int64_t>(indptr[s]) + s; };
+  auto cost_before = [&](int64_t s) { return static_cast<int64_t>(indptr[s]) - base + s; };
   int64_t lo = 0;
   for (int64_t b = 1; b < blocks; ++b) {
     const int64_t target = total * b / blocks;

@@ -18,6 +18,10 @@ assert tf.config.threading.get_intra_op_parallelism_threads() == int(sys.argv[1]
 
 import ngra_tf  # noqa: E402  (after the thread count is fixed)
 from ngra_tf.ops import PROGRAMS, REDUCES, fused_gather, gather, scatter  # noqa: E402
+from ngra_tf.ops import edge_code  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools"))
+from generated_cases import attention, gate  # noqa: E402  (tools/ is not a package)
 
 NUM_VERTICES, NUM_EDGES, NUM_TYPES = 9_000, 180_000, 3
 FEATURES = (4, 8)  # 4 heads of 8: 32 features
@@ -58,6 +62,17 @@ def results(graph):
             loss = tf.reduce_sum(y * upstream)
         out[f"gather-{reduce}"] = y
         gradient(out, f"gather-{reduce}", tape, loss, {"x": x, "edges": edges})
+    # Edge code: a gate, whose one gradient walk over sources adds its 32-wide destination terms per block of
+    # sources (4 MiB of terms is 32K edges, a sixth of these), and GAT's attention.
+    for name, code, reduce, widths in (("gate", gate(32), "sum", (64, 32)),
+                                       ("attention", attention(32, heads=4), "softmax", (36, 4))):
+        x_src, x_dst = (tf.constant(rng.normal(size=(NUM_VERTICES, w)).astype(np.float32)) for w in widths)
+        y = edge_code.edge_code_gather(graph.adjacency, code, x_src, x_dst, reduce=reduce)
+        upstream = tf.constant(rng.normal(size=y.shape).astype(np.float32))
+        grads = edge_code.edge_code_grads(graph.adjacency, code, upstream, x_src, x_dst, reduce=reduce,
+                                          state=y if reduce == "softmax" else None, src_and_dst=True)
+        out[f"code-{name}"] = y
+        out[f"code-{name}-d_x_src"], out[f"code-{name}-d_x_dst"] = grads[:2]
     return out
 
 

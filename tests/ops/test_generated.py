@@ -158,8 +158,8 @@ def test_random_programs_full_matrix(seed, reduce, dtype):
 @pytest.mark.parametrize("program,reduce", [("attention-4", "softmax"), ("attention-2", "softmax"), ("gate", "sum"),
                                             ("gate", "max")])
 def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(program, reduce, kernel_mode):
-    """wrt x_src_and_dst: the walk over sources leaves each edge's share of d x_dst in a row of its own, summed
-    per destination after (GAT's per-head scores: the registered gradient's choice for them)."""
+    """wrt x_src_and_dst (the registered gradient's choice for GAT's per-head scores and for a tanh gate): the
+    walk over sources leaves each edge's share of d x_dst in a row of its own, added per destination after."""
     rng = np.random.default_rng(7)
     width = 16
     heads = int(program[-1]) if program.startswith("attention") else 0  # runs of 4 and 8 features per head
@@ -169,7 +169,7 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
     src_width, dst_width = (width + heads, heads) if heads else (2 * width, width)
     operands = (tf.constant(rng.normal(size=(graph.num_vertices, src_width)), tf.float32),
                 tf.constant(rng.normal(size=(graph.num_vertices, dst_width)), tf.float32), None, None)
-    assert ec.src_walk_takes_dst(operands[0], operands[1]) == bool(heads)
+    assert ec.src_walk_takes_dst(operands[0], operands[1], code.attrs()["code"][0::4])
     upstream_values = {}
 
     def upstream(out):
@@ -181,6 +181,41 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
     want = _reference(graph.adjacency, code, (*operands[:2], tf.zeros([graph.num_edges, 1]), None), reduce, upstream,
                       aux, one[0] if reduce == "softmax" else None)
     assert float(tf.reduce_max(tf.abs(want[1]))) > 0.1  # the destination's gradient is there to get wrong
+    for name, a, b, w in zip(("d x_src", "d x_dst"), one[1:3], two[1:3], want[:2]):
+        _close(a, b, f"{name}: one walk vs two", 1e-5)
+        _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
+
+
+def test_one_walk_is_chosen_for_narrow_destinations_and_costly_programs():
+    x_src, wide, narrow = tf.zeros([3, 32]), tf.zeros([3, 16]), tf.zeros([3, 8])
+    opcodes = {name: [ec.OPCODES[op] for op in ops] for name, ops in (
+        ("leaky message", ["load_src", "load_dst", "add", "leaky_relu"]),
+        ("product", ["load_src", "load_dst", "mul", "load_src", "mul"]),
+        ("tanh gate", ["load_src", "load_dst", "add", "tanh", "load_src", "mul"]),
+        ("ratio", ["load_src", "load_dst", "sub", "abs", "const", "add", "div"]),
+        ("exp/div", ["load_src", "load_dst", "add", "tanh", "exp", "const", "add", "div", "mul"]))}
+    assert [ec.src_walk_takes_dst(x_src, wide, ops) for ops in opcodes.values()] == [False, False, True, True, True]
+    assert all(ec.src_walk_takes_dst(x_src, narrow, ops) for ops in opcodes.values())
+    assert not ec.src_walk_takes_dst(tf.TensorSpec([None, None]), narrow, opcodes["exp/div"])  # width unknown
+
+
+@pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
+def test_one_walk_adds_the_destination_terms_block_by_block(kernel_mode):
+    """Rows of 1024 destination features: the op keeps 4 MiB of terms, 1024 edges, at a time, so the walk runs
+    in blocks of sources, and one source (3000 out-edges) is a block larger than that alone."""
+    rng = np.random.default_rng(11)
+    width, num_vertices = 1024, 300
+    code = gate(width)
+    src = np.concatenate([np.full(3000, 7), rng.integers(0, num_vertices, 6000)])
+    dst = rng.integers(0, num_vertices, src.size)
+    graph = ngra_tf.Graph.from_edges(src, dst, num_vertices)
+    operands = (tf.constant(rng.normal(size=(num_vertices, 2 * width)), tf.float32),
+                tf.constant(rng.normal(size=(num_vertices, width)), tf.float32), None, None)
+    upstream = tf.constant(rng.normal(size=(num_vertices, width)), tf.float32)
+    one = _run(graph.adjacency, code, operands, "sum", lambda _: upstream, kernel_mode, src_and_dst=True)
+    two = _run(graph.adjacency, code, operands, "sum", lambda _: upstream, kernel_mode, src_and_dst=False)
+    want = _reference(graph.adjacency, code, (*operands[:2], tf.zeros([graph.num_edges, 1]), None), "sum",
+                      lambda _: upstream, None, None)
     for name, a, b, w in zip(("d x_src", "d x_dst"), one[1:3], two[1:3], want[:2]):
         _close(a, b, f"{name}: one walk vs two", 1e-5)
         _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
