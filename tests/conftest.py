@@ -23,8 +23,8 @@ THINNED = {
     # store configurations (P, format, spill policy), each with another model (the disk host tier: the functional
     # sage-store-P4-recompute-disk case and test_faults' spill directories)
     "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {"mpgcn-4-hdf5-spill-memory"},
-    # a sum and a max model at P > 1 (every model at P > 1: test_models, test_stream; attention at P > 1 in
-    # test_stream's dest-order-gat-recompute)
+    # a max model at P > 1 (a sum model at P > 1: test_stream_ring's gcn-2; every model at P > 1: test_models,
+    # test_stream; attention at P > 1 in test_stream's dest-order-gat-recompute)
     "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {"mpgcn-3"},
     "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": {"gcn-2-ring-spill"},
     "tests/compiler/test_compiler_rewrites.py::test_custom_layers_match_their_direct_run_at_every_chunk_count": {
@@ -36,7 +36,7 @@ THINNED = {
     "tests/compiler/test_edge_code.py::test_edge_code_gradients_equal_numeric_ones": {"1-softmax"},
     "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": {"dest-order-gat-recompute"},
     "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
-    # (attention dropout replayed: test_attention_dropout_trains_alike_from_a_store_and_in_memory_whatever_the_chunking)
+    # (attention dropout at several P: test_models' test_gat_attention_dropout_is_keras_dropout_of_the_weights)
     "tests/graph/test_propagation_invariant.py::test_chunks_reassemble_the_whole_graph": {
         "power_law-5", "isolated-3", "uniform-2", "tiny-1"},
     "tests/compiler/test_compiler_invariance.py::test_identity_order_partition_matches": {"gcn", "gat"},
