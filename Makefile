@@ -53,7 +53,7 @@ bazel: $(STAMP)
 
 test-bazel: bazel
 	$(PY) -c "import sys, tensorflow as tf; tf.load_op_library(sys.argv[1])" $(BAZEL_OPS_LIB)
-	NGRA_TF_OPS_LIBRARY=$(BAZEL_OPS_LIB) $(PY) -m pytest tests/ops
+	NGRA_TF_OPS_LIBRARY=$(BAZEL_OPS_LIB) $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile tests/ops
 
 clean:
 	rm -rf build $(OPS_LIB) bazel-* .pytest_cache

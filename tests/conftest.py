@@ -15,7 +15,8 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # a functional model from a store (the full 4 x 11 matrix, in memory and devices included, in test-slow)
+    # a functional model from a store (each mode with two of the four models, in memory and devices included, in
+    # test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
         "sage-store-P4-recompute-disk"},
     # train.py with a sequential, an attention and a functional recipe (every recipe in test-slow)

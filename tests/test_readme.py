@@ -18,7 +18,8 @@ block marks it:
 
 Unmarked blocks run in the default suite. `make test` itself is not run from
 inside the suite it starts. Blocks without a language are printed output,
-or commands shown but not run (a benchmark that takes hours, a GPU's).
+or commands shown but not run (a benchmark that takes hours, a GPU's, a results
+page's reproduction, whose tool the suite runs smaller).
 
 Every relative link of the same documents must point to a file or directory
 of the repository that exists, and a `#anchor` to a heading of the Markdown

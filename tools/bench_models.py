@@ -43,7 +43,7 @@ per-edge path a stage took before it could fuse), and GAT with its attention fus
 (online softmax) and unfused (the column-wide softmax), without and with attention
 dropout (0.6, the recipe's): model.fit's epoch (median of
 --epochs after the first) and the peak resident memory, every cell in a subprocess of
-its own so that peaks compare.
+its own so that peaks compare. --stages=tanh-gate,gat picks rows (G-GCN's always runs).
 
 --plot=FILE.png draws the ratio table (needs matplotlib). Absolute times move with other load on a shared machine; the
 ratios come from one run.
@@ -459,7 +459,8 @@ def main(argv):
     epochs = 2 if FLAGS.quick else FLAGS.epochs
     from ngra_tf.graph import datasets  # noqa: PLC0415
 
-    for flag, known in (("systems", SYSTEMS), ("models", MODELS), ("graphs", ("cora", *datasets.PRESETS))):
+    for flag, known in (("systems", SYSTEMS), ("models", MODELS), ("graphs", ("cora", *datasets.PRESETS)),
+                        ("stages", [name for _, name, _ in VARIANT_ROWS])):
         unknown = set(FLAGS[flag].value) - set(known)
         if unknown:
             raise app.UsageError(f"--{flag}: unknown {sorted(unknown)}; choose from {', '.join(known)}")
@@ -565,6 +566,8 @@ VARIANT_ROWS = (("G-GCN (built in)", "ggcn", "ggcn"), ("tanh-difference gate", "
                 ("leaky-relu message", "leaky-message", "ggcn"), ("RBF score", "rbf-score", "ggcn"),
                 ("leaky product", "leaky-product", "ggcn"), ("distance ratio", "distance-ratio", "ggcn"),
                 ("GAT (8 heads)", "gat", "gat"), ("GAT (8 heads), attention dropout 0.6", "gat-dropout", "gat"))
+flags.DEFINE_list("stages", [name for _, name, _ in VARIANT_ROWS],
+                  "--variants: the rows to time; G-GCN's, the baseline, always runs.")
 
 
 def variants(preset, epochs):
@@ -601,6 +604,8 @@ def variants(preset, epochs):
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     base = None
     for label, name, _ in VARIANT_ROWS:
+        if name != "ggcn" and name not in FLAGS.stages:
+            continue
         fused = cell(name, "all")
         unfused = cell(name, "hoist") if FLAGS.unfused else "-"
         if isinstance(fused, str):

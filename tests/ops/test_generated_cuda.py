@@ -56,8 +56,8 @@ def test_generated_programs_equal_the_cpu_walks_under_emulation(tmp_path):
 
 @pytest.mark.slow
 def test_generated_programs_full_set(tmp_path):
-    rc, output = build_and_run(tmp_path, seeds=range(3, 27), gates=(1, 16))
-    _assert_passed(rc, output, at_least=26 * 2 * 5 * 2)
+    rc, output = build_and_run(tmp_path, seeds=range(3, 17), gates=(1, 16))
+    _assert_passed(rc, output, at_least=16 * 2 * 5 * 2)
 
 
 def test_a_generated_program_is_its_instruction_list():
@@ -107,7 +107,9 @@ def _compile_all(count, archs, types=(("float32", "int32"), ("float64", "int64")
 @pytest.mark.slow
 def test_random_modules_compile_with_nvrtc():
     """Every pass's kernel, and only those of operands the program reads, as PTX and as CUBINs."""
-    _compile_all(4, ("compute_75", "sm_90"))  # ~36 compiles, 2-6 s each
+    # 16 compiles, 2-14 s each: float32 as PTX and as a CUBIN, float64 as PTX (36 took 8 minutes of CI's machine)
+    _compile_all(2, ("compute_75", "sm_90"), types=(("float32", "int32"),))
+    _compile_all(2, ("compute_75",), types=(("float64", "int64"),))
 
 
 @needs_nvrtc

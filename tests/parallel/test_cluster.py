@@ -210,9 +210,9 @@ def test_a_lost_worker_ends_training_with_one_line_and_the_run_resumes(tmp_path)
     """Kill worker 1 once an epoch is backed up: one line names it and the epoch; the same command, run again
     (before the worker is back: it is waited for), resumes and ends with the losses of an uninterrupted run."""
     addresses = [f"localhost:{port}" for port in _free_ports(2)]
-    expected, _ = _train(tmp_path, "one", "--epochs=30")
+    expected, _ = _train(tmp_path, "one", "--epochs=12")
     backup, record = tmp_path / "backup", tmp_path / "cluster.json"
-    command = TRAIN + ["--epochs=30", f"--cluster={','.join(addresses)}", "--devices=2", f"--backup_dir={backup}",
+    command = TRAIN + ["--epochs=12", f"--cluster={','.join(addresses)}", "--devices=2", f"--backup_dir={backup}",
                        f"--history_json={record}"]
     with _workers(addresses) as procs:
         trainer = subprocess.Popen(command, env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

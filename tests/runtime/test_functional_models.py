@@ -77,8 +77,13 @@ def _assert_trains_like(reference, model, history):
         np.testing.assert_allclose(have, want, rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("mode", list(MODES))
-@pytest.mark.parametrize("model", list(MODELS))
+# Each mode with two of the four models, so that every model meets memory at P > 1, stores and devices
+# (the whole 4 x 10 product took 20 minutes of a 2-core CI machine); sage with the disk store stays in make test.
+MODE_PAIRS = [(model, mode) for i, mode in enumerate(MODES)
+              for model in (list(MODELS)[(i + 3) % 4], list(MODELS)[(i + i % 3) % 4])]
+
+
+@pytest.mark.parametrize("model,mode", MODE_PAIRS)
 def test_every_mode_trains_like_memory_at_p1(tmp_path, references, model, mode):
     graph, arrays, initial, _, _, predictions = references[model]
     options = dict(MODES[mode])

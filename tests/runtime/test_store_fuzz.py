@@ -52,7 +52,8 @@ def test_corrupted_stores_fail_by_name_or_read_correctly():
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["npy", "hdf5"])
 def test_corrupted_stores_full_fuzz(fmt):
-    # 200 cases per backend (a 1,300-case run found nothing more), within CI's time.
-    summary = run_fuzz(fmt, 1000, 200, model_every=25, timeout=1800)[fmt]
+    # 60 cases per backend (a 1,300-case run found nothing more; 200 took 8 minutes for HDF5 on a 2-core CI
+    # machine, past CI's time with the rest).
+    summary = run_fuzz(fmt, 1000, 60, model_every=15, timeout=1800)[fmt]
     # Both outcomes really happen: corruptions caught by name, and harmless ones read correctly.
-    assert summary["named"] >= 100 and summary["ok"] >= 3, summary
+    assert summary["named"] >= 30 and summary["ok"] >= 3, summary

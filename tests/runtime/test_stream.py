@@ -73,8 +73,12 @@ def _assert_same_training(memory, streamed, expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-4, atol=2e-5)
 
 
-@pytest.mark.parametrize("num_parts,fmt,spill,host", CASES)
-@pytest.mark.parametrize("model", list(recipes.RECIPES))
+# Every model with two of the cases, the pairs rotating so that each case meets every kind of model (all 60
+# took 25 minutes of a 2-core CI machine); mpgcn with the HDF5 spill stays in make test.
+STREAM_PAIRS = [(model, *CASES[j % len(CASES)]) for i, model in enumerate(recipes.RECIPES) for j in (i, i + 2)]
+
+
+@pytest.mark.parametrize("model,num_parts,fmt,spill,host", STREAM_PAIRS)
 def test_streamed_training_equals_in_memory(tmp_path, model, num_parts, fmt, spill, host):
     options = {"spill": spill, "spill_dir": str(tmp_path / "spill") if host == "disk" else None}
     memory, streamed, store, arrays = _pair(tmp_path, model, num_parts, fmt, **options)

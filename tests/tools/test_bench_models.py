@@ -40,7 +40,8 @@ def test_main_table_and_table_2_layout(tmp_path):
 
 
 def test_unknown_system_model_or_graph_is_refused():
-    for flag, value in (("systems", "ngra1,gpu"), ("models", "gcn,gpt"), ("graphs", "cora,citeseer")):
+    for flag, value in (("systems", "ngra1,gpu"), ("models", "gcn,gpt"), ("graphs", "cora,citeseer"),
+                        ("stages", "gat,gin")):
         done = run(f"--{flag}={value}")
         bad = value.split(",")[1]
         assert done.returncode != 0 and f"--{flag}: unknown ['{bad}']" in done.stderr, done.stderr[-2000:]
@@ -74,16 +75,16 @@ def test_sage_and_gin_rows_against_both_peers():
 
 
 def test_user_written_variants_table():
-    """--variants: every user-written edge stage and GAT get a row, fused (edge code / online softmax: generated and
-    interpreted) and unfused."""
-    done = run("--variants", "--graphs=pubmed", "--epochs=1")
+    """--variants: the chosen stages and G-GCN get a row, fused (edge code / online softmax: generated and
+    interpreted) and unfused (all ten rows took nine minutes of a 2-core CI machine: two stages and the baseline)."""
+    done = run("--variants", "--graphs=pubmed", "--epochs=1", "--stages=tanh-gate,gat-dropout")
     assert done.returncode == 0, done.stderr[-3000:]
     rows = {line.split("|")[1].strip(): [c.strip() for c in line.strip("|").split("|")]
             for line in done.stdout.splitlines() if line.startswith("| ") and "fused as" not in line}
-    assert {"G-GCN (built in)", "tanh-difference gate", "edge-weighted gate", "exp/div score", "leaky-relu message",
-            "GAT (8 heads)", "GAT (8 heads), attention dropout 0.6"} <= set(rows), done.stdout
+    assert set(rows) == {"G-GCN (built in)", "tanh-difference gate", "GAT (8 heads), attention dropout 0.6"}, done.stdout
     assert rows["G-GCN (built in)"][1] == "specialised gate_sigmoid"
-    assert rows["tanh-difference gate"][1] == "edge code" and rows["GAT (8 heads)"][1] == "online softmax"
+    assert rows["tanh-difference gate"][1] == "edge code"
+    assert rows["GAT (8 heads), attention dropout 0.6"][1] == "online softmax"
     for label, cells in rows.items():
         assert float(cells[2]) > 0 and float(cells[9]) > 0, cells  # fused and unfused epochs measured
         assert cells[11].endswith("x") and cells[12].endswith("x"), cells
