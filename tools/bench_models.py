@@ -460,7 +460,7 @@ def main(argv):
     from ngra_tf.graph import datasets  # noqa: PLC0415
 
     for flag, known in (("systems", SYSTEMS), ("models", MODELS), ("graphs", ("cora", *datasets.PRESETS)),
-                        ("stages", [name for _, name, _ in VARIANT_ROWS])):
+                        ("stages", STAGES)):
         unknown = set(FLAGS[flag].value) - set(known)
         if unknown:
             raise app.UsageError(f"--{flag}: unknown {sorted(unknown)}; choose from {', '.join(known)}")
@@ -566,7 +566,8 @@ VARIANT_ROWS = (("G-GCN (built in)", "ggcn", "ggcn"), ("tanh-difference gate", "
                 ("leaky-relu message", "leaky-message", "ggcn"), ("RBF score", "rbf-score", "ggcn"),
                 ("leaky product", "leaky-product", "ggcn"), ("distance ratio", "distance-ratio", "ggcn"),
                 ("GAT (8 heads)", "gat", "gat"), ("GAT (8 heads), attention dropout 0.6", "gat-dropout", "gat"))
-flags.DEFINE_list("stages", [name for _, name, _ in VARIANT_ROWS],
+STAGES = tuple(name for _, name, _ in VARIANT_ROWS)
+flags.DEFINE_list("stages", list(STAGES),
                   "--variants: the rows to time; G-GCN's, the baseline, always runs.")
 
 
