@@ -15,7 +15,7 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # a functional model from a store (each mode with two of the four models, in memory and devices included, in
+    # a functional model from a store (each mode with one of the four models, in memory and devices included, in
     # test-slow)
     "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
         "sage-store-P4-recompute-disk"},
@@ -75,7 +75,6 @@ SLOW = {
     "tests/layers/test_profile.py::test_trace_summary_reads_the_profile",
     "tests/parallel/test_ring.py::test_every_placement_trains_every_model_alike",
     "tests/parallel/test_ring.py::test_explain_and_save_load",
-    "tests/ops/test_determinism.py::test_results_cover_every_program_and_reduce",
     "tests/tools/test_bench_models.py::test_unknown_system_model_or_graph_is_refused",
     "tests/tools/test_simulate_ring.py::test_bad_flags_give_one_error_line_and_no_traceback",
     "tests/tools/test_bench_models.py::test_ablation_alone",

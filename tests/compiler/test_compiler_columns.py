@@ -14,8 +14,6 @@ import compiler_checks as cc
 from traced import traced_ops
 import ngra_tf
 
-PARTS = (1, 3, 4)
-
 
 class NegativeExtremes(ngra_tf.SAGALayer):
     """max|min of -softplus(x W) - 1 over the in-edges (every message < -1), then a projection."""
@@ -80,8 +78,7 @@ def test_the_graph_stresses_the_columns(layer_and_graph):
             pytest.fail(f"P={parts}: every column's first chunk reaches all its vertices")
 
 
-@pytest.mark.parametrize("rewrites", [True, False])
-@pytest.mark.parametrize("parts", PARTS)
+@pytest.mark.parametrize("parts,rewrites", [(1, True), (3, False), (4, True)])  # each P, rewrites alternating
 def test_negative_max_min_columns_match_dense(layer_and_graph, parts, rewrites):
     layer, graph, x = layer_and_graph
     want = dense_reference(layer, graph, x)

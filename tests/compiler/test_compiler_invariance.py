@@ -36,15 +36,18 @@ def test_the_stress_graph_has_what_it_should():
 def test_outputs_and_gradients_match_one_chunk(model, parts):
     name, graph, stack, x, (want, want_grads) = model
     partition = graph.partition(parts)
-    for schedule in SCHEDULES:
-        for rewrites in (True, False):
-            what = f"{name} P={parts} schedule={schedule} rewrites={rewrites}"
-            out, grads = cc.value_and_grads(stack, partition, x, schedule, rewrites)
-            cc.assert_close(out, want, what)
-            assert set(grads) == set(want_grads)
-            for variable, grad in grads.items():
-                assert want_grads[variable] is not None and np.any(want_grads[variable] != 0), variable
-                cc.assert_close(grad, want_grads[variable], f"{what}: d/d{variable}")
+    # One schedule per (model, P), rotating, so that each schedule meets every model and most P: the schedules
+    # are bitwise equal to each other (test_schedules_give_bitwise_equal_results), so the whole product only
+    # repeated that.
+    schedule = SCHEDULES[(cc.MODELS.index(name) + PARTS.index(parts)) % len(SCHEDULES)]
+    for rewrites in (True, False):
+        what = f"{name} P={parts} schedule={schedule} rewrites={rewrites}"
+        out, grads = cc.value_and_grads(stack, partition, x, schedule, rewrites)
+        cc.assert_close(out, want, what)
+        assert set(grads) == set(want_grads)
+        for variable, grad in grads.items():
+            assert want_grads[variable] is not None and np.any(want_grads[variable] != 0), variable
+            cc.assert_close(grad, want_grads[variable], f"{what}: d/d{variable}")
 
 
 def test_schedules_give_bitwise_equal_results(model):

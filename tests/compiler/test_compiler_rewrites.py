@@ -221,7 +221,7 @@ def test_custom_layers_match_their_direct_run_at_every_chunk_count(layer_class, 
     with tf.GradientTape(persistent=True) as tape:
         tape.watch(x)
         want = direct(layer, graph, x)
-        outs = {parts: layer(x, graph=graph.partition(parts)) for parts in (1, 3, 5)}  # 8 took 80 s a layer
+        outs = {parts: layer(x, graph=graph.partition(parts)) for parts in (1, 4)}  # 1, 3, 5, 8 took 80 s a layer
     want_grad = tape.gradient(want, [x] + layer.trainable_weights)
     for parts, out in outs.items():
         cc.assert_close(out.numpy(), want.numpy(), f"P={parts}")

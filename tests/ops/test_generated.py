@@ -149,7 +149,7 @@ def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, redu
 @pytest.mark.slow
 @pytest.mark.parametrize("seed,reduce,dtype", [  # each seed and reduce in one dtype, the dtypes alternating: every
     (seed, reduce, ("float32", "float64")[(seed + i) % 2])  # compile is a library of its own (100 took 15 minutes)
-    for seed in range(1, 11) for i, reduce in enumerate(REDUCES)])
+    for seed in range(1, 6) for i, reduce in enumerate(REDUCES)])
 def test_random_programs_full_matrix(seed, reduce, dtype):
     _check(seed, reduce, tf.as_dtype(dtype), width=[5, 12, 130][seed % 3], big_exp=seed % 4 == 0)
 

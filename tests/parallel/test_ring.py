@@ -47,8 +47,7 @@ def _assert_same_training(one, many, expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("devices", [2, 4])
-@pytest.mark.parametrize("model", ["gcn", "ggcn", "gat"])
+@pytest.mark.parametrize("model,devices", [("gcn", 4), ("ggcn", 2), ("gat", 4)])  # (gat at 2: test_stream_ring)
 def test_ring_training_equals_one_device(model, devices):
     # Dropout on (the recipe's), 4 x 4 chunks, 5 epochs of model.fit.
     graph, arrays = _problem(model)

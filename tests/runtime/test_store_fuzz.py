@@ -43,7 +43,7 @@ def run_fuzz(formats, first, count, model_every=0, timeout=600):
 
 def test_corrupted_stores_fail_by_name_or_read_correctly():
     # A handful of cases per backend (~1 s each after set-up; seed 9 writes an index array wrong with a
-    # matching checksum); the slow test below runs hundreds.
+    # matching checksum); the slow test below runs 40 a backend.
     summaries = run_fuzz("npy,hdf5", 0, 10, timeout=300)
     for summary in summaries.values():
         assert summary["cases"] == 10 and summary["named"] >= 5 and summary["ok"] >= 1, summaries
@@ -52,8 +52,8 @@ def test_corrupted_stores_fail_by_name_or_read_correctly():
 @pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["npy", "hdf5"])
 def test_corrupted_stores_full_fuzz(fmt):
-    # 60 cases per backend (a 1,300-case run found nothing more; 200 took 8 minutes for HDF5 on a 2-core CI
+    # 40 cases per backend (a 1,300-case run found nothing more; 200 took 8 minutes for HDF5 on a 2-core CI
     # machine, past CI's time with the rest).
-    summary = run_fuzz(fmt, 1000, 60, model_every=15, timeout=1800)[fmt]
+    summary = run_fuzz(fmt, 1000, 40, model_every=15, timeout=1800)[fmt]
     # Both outcomes really happen: corruptions caught by name, and harmless ones read correctly.
-    assert summary["named"] >= 30 and summary["ok"] >= 3, summary
+    assert summary["named"] >= 20 and summary["ok"] >= 2, summary

@@ -73,9 +73,9 @@ def _assert_same_training(memory, streamed, expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-4, atol=2e-5)
 
 
-# Every model with two of the cases, the pairs rotating so that each case meets every kind of model (all 60
-# took 25 minutes of a 2-core CI machine); mpgcn with the HDF5 spill stays in make test.
-STREAM_PAIRS = [(model, *CASES[j % len(CASES)]) for i, model in enumerate(recipes.RECIPES) for j in (i, i + 2)]
+# Every model with one of the cases, rotating so that each case meets two or three kinds of model (all 60 took
+# 25 minutes of a 2-core CI machine, two a model 10); mpgcn with the HDF5 spill stays in make test.
+STREAM_PAIRS = [(model, *CASES[(i + 2) % len(CASES)]) for i, model in enumerate(recipes.RECIPES)]
 
 
 @pytest.mark.parametrize("model,num_parts,fmt,spill,host", STREAM_PAIRS)
@@ -103,7 +103,7 @@ def test_dropout_draws_are_replayed_in_backward(tmp_path, model):
     _assert_same_training(memory, streamed, expected, got)
 
 
-@pytest.mark.parametrize("model", ["gcn", "ggcn", "mpgcn", "ggnn"])
+@pytest.mark.parametrize("model", ["gcn", "mpgcn"])  # a sum and a max model (ggcn and ggnn: 40 s more in CI)
 def test_selective_scheduling_gives_the_same_result(tmp_path, model):
     # selective=1: every chunk that leaves any source row unused copies only the rows it uses.
     memory, streamed, store, arrays = _pair(tmp_path, model, 4, selective=1.0)
@@ -112,9 +112,9 @@ def test_selective_scheduling_gives_the_same_result(tmp_path, model):
     assert streamed.executor().selective_rows_saved > 0
 
 
-@pytest.mark.parametrize("schedule,model,spill", [("stage", "gcn", "spill"), ("stage", "mpgcn", "recompute"),
-                                                   ("stage", "gat", "spill"), ("dest-order", "gcn", "recompute"),
-                                                   ("dest-order", "mpgcn", "spill"), ("dest-order", "gat", "recompute")])
+@pytest.mark.parametrize("schedule,model,spill", [("stage", "mpgcn", "recompute"), ("stage", "gat", "spill"),
+                                                   ("dest-order", "gcn", "recompute"),
+                                                   ("dest-order", "gat", "recompute")])
 def test_every_schedule_streams_like_in_memory(tmp_path, schedule, model, spill):
     # schedule= orders a store's chunk steps too: stage keeps each A[j] in the host tier until every chunk is
     # done, dest-order loads and stores it around every chunk step.
@@ -209,7 +209,7 @@ def test_budget_picks_the_host_tier(tmp_path):
     assert "working set (estimate)" in text and "spill directory on disk" in text
 
 
-@pytest.mark.parametrize("model,spill", [("gcn", "spill"), ("mpgcn", "recompute"), ("gat", "spill")])
+@pytest.mark.parametrize("model,spill", [("mpgcn", "recompute"), ("gat", "spill")])
 def test_the_chunk_cache_reads_the_least_the_schedule_needs(tmp_path, model, spill):
     """Under a budget the chunk cache keeps the chunks and feature tiles a training step reads again (Belady's
     plan): with room for all of them, no epoch after the first reads a byte; with room for some, every epoch
@@ -309,8 +309,7 @@ def preset_store(tmp_path_factory):
     return path
 
 
-@pytest.mark.parametrize("model", [["--model=gcn"], ["--model=resgcn", "--depth=6"], ["--model=appnp", "--k=10"]],
-                         ids=["gcn", "resgcn", "appnp"])
+@pytest.mark.parametrize("model", [["--model=gcn"], ["--model=appnp", "--k=10"]], ids=["gcn", "appnp"])
 def test_train_py_stays_within_the_smallest_budget_it_accepts(tmp_path, preset_store, model):
     """Too small a budget fails before any work, naming the smallest that works; training under exactly that
     one (the host tier then spills to disk) peaks within it + 10% over 20 epochs (a long run must hold it too:
@@ -384,7 +383,7 @@ def test_the_device_tier_is_the_default_device(tmp_path):
     assert "CPU:0" in logits.device
 
 
-@pytest.mark.parametrize("fmt", ["npy", pytest.param("hdf5", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("fmt", ["npy"])  # (the edge ids' HDF5 reads: test_store)
 def test_attention_dropout_trains_alike_from_a_store_and_in_memory_whatever_the_chunking(tmp_path, fmt):
     """GAT's attention dropout draws at the user's edge ids: a P = 3 store (ids read from its files) and a whole
     graph in memory drop the same weights, so they train alike; fused, with no other dropout."""
