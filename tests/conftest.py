@@ -17,35 +17,36 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 THINNED = {
     # a functional model from a store (each mode with one of the four models, in memory and devices included, in
     # test-slow)
-    "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": {
-        "sage-store-P4-recompute-disk"},
+    "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": set(),
     # train.py with a sequential, an attention and a functional recipe (every recipe in test-slow)
-    "tests/layers/test_training.py::test_example_train_once_on_synthetic_preset": {"gcn", "gat"},
-    # store configurations (P, format, spill policy), each with another model (the disk host tier: the functional
-    # sage-store-P4-recompute-disk case and test_faults' spill directories)
-    "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {"mpgcn-4-hdf5-spill-memory"},
-    # a max model at P > 1 (a sum model at P > 1: test_stream_ring's gcn-2; every model at P > 1: test_models,
-    # test_stream; attention at P > 1 in test_stream's dest-order-gat-recompute)
+    "tests/layers/test_training.py::test_example_train_once_on_synthetic_preset": {"gcn"},
+    # store configurations (P, format, spill policy, host tier), each with another model (gcn at P = 4 with the
+    # host tier on disk stays; HDF5 stores: test_store)
+    "tests/runtime/test_stream.py::test_streamed_training_equals_in_memory": {"gcn-4-npy-recompute-disk"},
+    # training over two devices equals one device's (every model, placement and store in test-slow)
+    "tests/parallel/test_ring.py::test_ring_training_equals_one_device": {"ggcn-2"},
+    # a max model at P > 1 (a sum model at P > 1: test_stream's gcn-4; every model at P > 1: test_models;
+    # attention at P > 1: test_models' test_gat_matches_dense_formula)
     "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {"mpgcn-3"},
-    "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": {"gcn-2-ring-spill"},
+    "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": set(),
     "tests/compiler/test_compiler_rewrites.py::test_custom_layers_match_their_direct_run_at_every_chunk_count": {
         "PerFeatureWeight-per_feature"},
     # random edge code: one program per accumulator, two attentions, two reduces against numeric gradients
-    "tests/compiler/test_edge_code.py::test_random_edge_stages_fuse_and_equal_the_unfused_path": {
-        "1-mean", "4-sum|max"},
+    "tests/compiler/test_edge_code.py::test_random_edge_stages_fuse_and_equal_the_unfused_path": {"4-sum|max"},
     "tests/compiler/test_edge_code.py::test_random_attention_streams_and_equals_the_unfused_softmax": {"0"},
     "tests/compiler/test_edge_code.py::test_edge_code_gradients_equal_numeric_ones": {"1-softmax"},
-    "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": {"dest-order-gat-recompute"},
+    "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": set(),
     "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
     # (attention dropout at several P: test_models' test_gat_attention_dropout_is_keras_dropout_of_the_weights)
     "tests/graph/test_propagation_invariant.py::test_chunks_reassemble_the_whole_graph": {
         "power_law-5", "isolated-3", "uniform-2", "tiny-1"},
-    "tests/compiler/test_compiler_invariance.py::test_identity_order_partition_matches": {"gcn", "gat"},
-    "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"gat-2", "ggnn-1"},
-    "tests/ops/test_prepare_graph.py::test_training_with_plans_equals_training_without": {"gat"},
-    "tests/compiler/test_compiler_invariance.py::test_schedules_give_bitwise_equal_results": {"gat", "ggnn"},
+    "tests/compiler/test_compiler_invariance.py::test_identity_order_partition_matches": {"mpgcn"},
+    "tests/compiler/test_compiler_columns.py::test_columns_chain_through_init": {"mpgcn"},
+    "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"ggnn-1"},
+    "tests/ops/test_prepare_graph.py::test_training_with_plans_equals_training_without": set(),
+    "tests/compiler/test_compiler_invariance.py::test_schedules_give_bitwise_equal_results": {"mpgcn"},
     "tests/layers/test_new_layers.py::test_outputs_and_gradients_do_not_depend_on_chunks_or_rewrites": {
-        "sage-max-normalize", "gin-wide"},
+        "sage-max-normalize"},
     "tests/layers/test_training.py::test_example_times_every_epoch": {"4"},
     "tests/layers/test_sparse_features.py::test_sparse_features_train_like_dense": {"gcn-csr-P1"},
 }
@@ -89,7 +90,6 @@ SLOW = {
     "tests/runtime/test_faults.py::test_train_py_names_a_spill_write_that_fails",
     "tests/layers/test_training.py::test_example_chunks_schedule_and_rewrites_do_not_change_training",
     # (devices equal one device in the default suite through the streamed ring: test_stream_ring)
-    "tests/parallel/test_ring.py::test_ring_training_equals_one_device",
     "tests/parallel/test_ring.py::test_steps_run_on_the_devices_that_own_them",
     # (the default suite keeps the hand-written corruptions of test_store_integrity, index arrays included)
     "tests/runtime/test_store_fuzz.py::test_corrupted_stores_fail_by_name_or_read_correctly",
@@ -116,7 +116,7 @@ SLOW = {
     "tests/ops/test_generated_cuda.py::test_a_module_is_cached_per_program_and_arch",
     # (a fresh clone's make test took 11:56 on 2026-11-29 on an AMD EPYC Zen 3, 3:19 of it installing and
     # building; the default suite keeps: P > 1 through test_compiler_invariance's mpgcn-3 and the streamed
-    # mpgcn-4-hdf5-spill-memory, the streamed schedules through dest-order-gat-recompute, attention dropout in
+    # gcn-4-npy-recompute-disk, the schedules through test_compiler_invariance's mpgcn, attention dropout in
     # test_models' test_gat_attention_dropout_is_keras_dropout_of_the_weights, save and load in test_graph_model,
     # Cora in test_gcn_on_cora_learns, the emulated CUDA walks in `make cuda-check` and the slow suite)
     "tests/ops/test_generated_cuda.py::test_generated_programs_equal_the_cpu_walks_under_emulation",
@@ -139,10 +139,33 @@ SLOW = {
     "tests/runtime/test_stream.py::test_dropout_draws_are_replayed_in_backward",
     "tests/layers/test_new_layers.py::test_saved_model_loads_with_the_new_layers",
     "tests/runtime/test_faults.py::test_train_py_refuses_chunks_other_than_the_stores_in_one_line",
+    # (2026-11-29: a fresh clone's make test took 14:23 here and in CI, 4:28 of it installing and building, on
+    # machines 1.5x slower than the day before; the suite must run in 5:30. The default suite keeps, for what
+    # moved: streamed training in test_stream's gcn-4-npy-recompute-disk and its cheap checks, the schedules'
+    # bitwise equality in test_compiler_invariance's mpgcn, killed processes in test_store_integrity's killed
+    # conversion, faults in test_faults' spill directories and damaged store, the README's SAGA
+    # block, a cluster in test_cluster's cheaper checks, the converter's errors in test_convert; the trims above
+    # thinned further. Every moved test, and every matrix, runs in make test-slow.)
+    "tests/test_readme.py::test_readme_block[README.md@165]",
+    "tests/test_readme.py::test_readme_block[docs/guide/saga-layers.md@153]",
+    "tests/test_readme.py::test_readme_block[docs/guide/stores.md@54]",
+    "tests/runtime/test_faults.py::test_train_py_stopped_by_a_signal_removes_its_spill_files",
+    "tests/runtime/test_faults.py::test_a_store_file_replaced_while_training_stops_it",
+    "tests/runtime/test_stream.py::test_train_py_reports_what_each_epoch_read_against_the_plans_least",
+    "tests/tools/test_bench_cuda.py::test_case_orchestration",
+    "tests/layers/test_resume.py::test_an_interrupted_fit_resumes_with_the_losses_of_an_uninterrupted_one",
+    "tests/runtime/test_convert_faults.py::test_a_conversion_killed_outright_is_replaced_by_running_it_again",
+    "tests/runtime/test_partition_graph_tool.py::test_conversion_stays_within_a_small_fraction_of_the_graph",
+    "tests/tools/test_simulate_ring.py::test_bad_store_flags_give_one_error_line[flags1---store measures what "
+    "--compute_ms would set]",
+    "tests/parallel/test_cluster.py::test_a_worker_listens_only_on_its_own_address",
+    "tests/runtime/test_partition_graph_tool.py::test_bad_input_exits_1_with_a_message_and_no_output",
 }
 # The files that take longest start first: xdist hands out files in collection order, and one of these
-# started last would leave the other worker idle (the default suite's last minutes on 2 cores).
-LONGEST_FIRST = ("tests/runtime/test_stream.py", "tests/test_readme.py", "tests/runtime/test_functional_models.py",
+# started last would leave the other worker idle (the default suite's last minutes on 2 cores). The CUDA
+# harness's compile (every CUDA source with nvcc: 10 minutes of the slow suite) first of all: it ran last.
+LONGEST_FIRST = ("tests/ops/test_cuda_harness.py", "tests/tools/test_bench_models.py",
+                 "tests/runtime/test_stream.py", "tests/test_readme.py", "tests/runtime/test_functional_models.py",
                  "tests/compiler/test_compiler_invariance.py", "tests/layers/test_training.py",
                  "tests/compiler/test_compiler_rewrites.py", "tests/runtime/test_faults.py",
                  "tests/layers/test_graph_model.py")

@@ -111,7 +111,7 @@ def cora_store(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["memory", "store"])
+@pytest.mark.parametrize("mode", ["store"])  # (in memory: test_an_interrupted_fit_resumes_...)
 def test_train_py_killed_resumes_with_the_losses_of_an_uninterrupted_run(tmp_path, mode, request):
     data = ["--chunks=2"] if mode == "memory" else [f"--store={request.getfixturevalue('cora_store')}"]
     flags = [*data, "--model=gcn", "--epochs=40"]

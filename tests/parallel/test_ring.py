@@ -47,7 +47,7 @@ def _assert_same_training(one, many, expected, got):
         np.testing.assert_allclose(have, want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("model,devices", [("gcn", 4), ("ggcn", 2), ("gat", 4)])  # (gat at 2: test_stream_ring)
+@pytest.mark.parametrize("model,devices", [("gcn", 4), ("ggcn", 2)])  # (gat at 2: test_stream_ring)
 def test_ring_training_equals_one_device(model, devices):
     # Dropout on (the recipe's), 4 x 4 chunks, 5 epochs of model.fit.
     graph, arrays = _problem(model)
@@ -60,7 +60,7 @@ def test_ring_training_equals_one_device(model, devices):
                                one.predict(arrays["features"], verbose=0), rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("model,placement", [("mpgcn", "chain"), ("ggnn", "none"), ("commnet", "chain")])
+@pytest.mark.parametrize("model,placement", [("mpgcn", "chain"), ("ggnn", "none")])
 def test_every_placement_trains_every_model_alike(model, placement):
     graph, arrays = _problem(model)
     one = _model(model, graph, arrays, chunks=5)
