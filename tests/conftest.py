@@ -15,10 +15,7 @@ assert len(tf.config.list_logical_devices("CPU")) == 4, tf.config.list_logical_d
 # of the matrices below; `make test-slow` runs the rest, and the tests named in SLOW (CI runs both suites).
 # THINNED: a parametrized test's node id (without parameters) -> the parameter ids the default suite keeps.
 THINNED = {
-    # a functional model from a store (each mode with one of the four models, in memory and devices included, in
-    # test-slow)
-    "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1": set(),
-    # train.py with a sequential, an attention and a functional recipe (every recipe in test-slow)
+    # train.py with a recipe (every recipe in test-slow)
     "tests/layers/test_training.py::test_example_train_once_on_synthetic_preset": {"gcn"},
     # store configurations (P, format, spill policy, host tier), each with another model (gcn at P = 4 with the
     # host tier on disk stays; HDF5 stores: test_store)
@@ -28,14 +25,12 @@ THINNED = {
     # a max model at P > 1 (a sum model at P > 1: test_stream's gcn-4; every model at P > 1: test_models;
     # attention at P > 1: test_models' test_gat_matches_dense_formula)
     "tests/compiler/test_compiler_invariance.py::test_outputs_and_gradients_match_one_chunk": {"mpgcn-3"},
-    "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory": set(),
     "tests/compiler/test_compiler_rewrites.py::test_custom_layers_match_their_direct_run_at_every_chunk_count": {
         "PerFeatureWeight-per_feature"},
-    # random edge code: one program per accumulator, two attentions, two reduces against numeric gradients
+    # random edge code: a program, an attention, a reduce against numeric gradients
     "tests/compiler/test_edge_code.py::test_random_edge_stages_fuse_and_equal_the_unfused_path": {"4-sum|max"},
     "tests/compiler/test_edge_code.py::test_random_attention_streams_and_equals_the_unfused_softmax": {"0"},
     "tests/compiler/test_edge_code.py::test_edge_code_gradients_equal_numeric_ones": {"1-softmax"},
-    "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory": set(),
     "tests/layers/test_graph_model.py::test_save_and_load_round_trip": {"gcn"},
     # (attention dropout at several P: test_models' test_gat_attention_dropout_is_keras_dropout_of_the_weights)
     "tests/graph/test_propagation_invariant.py::test_chunks_reassemble_the_whole_graph": {
@@ -43,7 +38,6 @@ THINNED = {
     "tests/compiler/test_compiler_invariance.py::test_identity_order_partition_matches": {"mpgcn"},
     "tests/compiler/test_compiler_columns.py::test_columns_chain_through_init": {"mpgcn"},
     "tests/compiler/test_compiler_rewrites.py::test_hoisting_removes_every_edge_stage_matmul": {"ggnn-1"},
-    "tests/ops/test_prepare_graph.py::test_training_with_plans_equals_training_without": set(),
     "tests/compiler/test_compiler_invariance.py::test_schedules_give_bitwise_equal_results": {"mpgcn"},
     "tests/layers/test_new_layers.py::test_outputs_and_gradients_do_not_depend_on_chunks_or_rewrites": {
         "sage-max-normalize"},
@@ -89,7 +83,7 @@ SLOW = {
     "tests/tools/test_bench_cuda.py::test_library_builds_and_loads",
     "tests/runtime/test_faults.py::test_train_py_names_a_spill_write_that_fails",
     "tests/layers/test_training.py::test_example_chunks_schedule_and_rewrites_do_not_change_training",
-    # (devices equal one device in the default suite through the streamed ring: test_stream_ring)
+    # (devices equal one device in the default suite through test_ring_training_equals_one_device's ggcn-2)
     "tests/parallel/test_ring.py::test_steps_run_on_the_devices_that_own_them",
     # (the default suite keeps the hand-written corruptions of test_store_integrity, index arrays included)
     "tests/runtime/test_store_fuzz.py::test_corrupted_stores_fail_by_name_or_read_correctly",
@@ -160,6 +154,10 @@ SLOW = {
     "--compute_ms would set]",
     "tests/parallel/test_cluster.py::test_a_worker_listens_only_on_its_own_address",
     "tests/runtime/test_partition_graph_tool.py::test_bad_input_exits_1_with_a_message_and_no_output",
+    "tests/runtime/test_functional_models.py::test_every_mode_trains_like_memory_at_p1",
+    "tests/runtime/test_stream_ring.py::test_ring_streamed_training_equals_in_memory",
+    "tests/runtime/test_stream.py::test_every_schedule_streams_like_in_memory",
+    "tests/ops/test_prepare_graph.py::test_training_with_plans_equals_training_without",
 }
 # The files that take longest start first: xdist hands out files in collection order, and one of these
 # started last would leave the other worker idle (the default suite's last minutes on 2 cores). The CUDA

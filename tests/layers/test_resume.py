@@ -110,11 +110,9 @@ def cora_store(tmp_path_factory):
     return path
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("mode", ["store"])  # (in memory: test_an_interrupted_fit_resumes_...)
-def test_train_py_killed_resumes_with_the_losses_of_an_uninterrupted_run(tmp_path, mode, request):
-    data = ["--chunks=2"] if mode == "memory" else [f"--store={request.getfixturevalue('cora_store')}"]
-    flags = [*data, "--model=gcn", "--epochs=40"]
+@pytest.mark.slow  # (a fit interrupted in memory: test_an_interrupted_fit_resumes_with_the_losses_...)
+def test_train_py_killed_resumes_with_the_losses_of_an_uninterrupted_run(tmp_path, cora_store):
+    flags = [f"--store={cora_store}", "--model=gcn", "--epochs=40"]
     full = tmp_path / "full.json"
     done = subprocess.run(_train(*flags, f"--history_json={full}"), capture_output=True, text=True, timeout=600,
                           env=lc.subprocess_env(), cwd=lc.ROOT)

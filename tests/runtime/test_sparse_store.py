@@ -22,7 +22,6 @@ from store_checks import assert_store_matches
 from test_stream import REPO, _train
 
 NUM_VERTICES, NUM_EDGES, WIDTH, CLASSES = 120, 700, 40, 3
-MODELS = ["gcn", "sage", "gin", "appnp", "gat"]
 
 
 def _features(seed=0, num_vertices=NUM_VERTICES):
@@ -176,7 +175,7 @@ def test_csr_manifest_entries_are_checked(tmp_path, edit, message):
 
 # ---- training ----
 
-@pytest.mark.parametrize("model", ["gcn", "gat"])  # (the other models read CSR rows the same way: test_sparse_features)
+@pytest.mark.parametrize("model", ["gcn", "gat"])  # (sage, gin and appnp on CSR rows: test_sparse_features)
 def test_training_from_csr_equals_the_dense_store(tmp_path, model):
     """The recipe's dropout on: sparse dropout draws what Keras's draws on the dense rows, tile for tile (here a
     tile is an interval in both stores), so the two train alike to the last bit but the matmul's sums."""
