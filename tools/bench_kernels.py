@@ -29,7 +29,7 @@ from absl import app, flags
 
 import ngra_tf
 from ngra_tf.graph.synthetic import power_law_graph, uniform_graph
-from timing import median_ms
+from timing import alternated_ms, median_ms
 
 flags.DEFINE_list("densities", ["0.0001", "0.001", "0.01", "0.1"], "Densities of the 10K x 10K matrix.")
 flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the median is reported.")
@@ -212,28 +212,36 @@ def run_programs(graph, width):
         want = forwards["template"](**template).numpy().reshape(n, -1)
         got = forwards["code"](**code_args).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
-        times = {system: _program_times(forward, args[system], n, width, rng) for system, forward in forwards.items()}
-        (tf_, tb), (cf, cb) = times["template"], times["code"]
+        times = _program_times(forwards, args, n, width, rng)
+        tf_, cf, tb, cb = (times[key] for key in (("template", False), ("code", False), ("template", True),
+                                                  ("code", True)))
         print(f"| {name} | {tf_:.1f} | {cf:.1f} | {cf / tf_:.2f}x | {tb:.1f} | {cb:.1f} | {cb / tb:.2f}x |",
               flush=True)
 
 
-def _program_times(forward, args, n, width, rng):
-    """(forward ms, forward + backward ms) of forward(**args); the backward is d x_src."""
+def _program_times(forwards, args, n, width, rng):
+    """{(system, backward): median ms} of each system's forward(**args) alone and with its backward (d x_src),
+    the four calls alternated round by round."""
     upstream = tf.constant(rng.standard_normal((n, width), dtype=np.float32))
 
-    @tf.function
-    def fwd():
-        return forward(**args)
+    def timed(forward, operands):
+        @tf.function
+        def fwd():
+            return forward(**operands)
 
-    @tf.function
-    def both():
-        with tf.GradientTape() as tape:
-            tape.watch(args["x_src"])
-            out = tf.reshape(forward(**args), [n, width])
-        return out, tape.gradient(out, args["x_src"], output_gradients=upstream)
+        @tf.function
+        def both():
+            with tf.GradientTape() as tape:
+                tape.watch(operands["x_src"])
+                out = tf.reshape(forward(**operands), [n, width])
+            return out, tape.gradient(out, operands["x_src"], output_gradients=upstream)
 
-    return median_ms(fwd, FLAGS.repeats), median_ms(both, FLAGS.repeats)
+        return fwd, both
+
+    calls = {}
+    for system, forward in forwards.items():
+        calls[system, False], calls[system, True] = timed(forward, args[system])
+    return alternated_ms(calls, FLAGS.repeats)
 
 
 def main(argv):

@@ -1,4 +1,4 @@
-"""Timing shared by the benchmarks: the median of repeated calls, after warm-up calls."""
+"""Timing shared by the benchmarks: medians of repeated calls, after warm-up calls."""
 
 import statistics
 import time
@@ -15,6 +15,22 @@ def median_ms(fn, repeats: int, warmup: int = 1) -> float:
         fn()
         times.append(time.perf_counter() - start)
     return 1e3 * statistics.median(times)
+
+
+def alternated_ms(fns: dict, repeats: int, warmup: int = 1) -> dict:
+    """Median wall time in milliseconds of each fn in `fns` over `repeats` rounds, each round calling every fn
+    once in turn (after `warmup` untimed rounds): a shared machine's slow spells fall on every system alike,
+    where timing one system's calls and then the next's would pin them on whichever ran then."""
+    for _ in range(warmup):
+        for fn in fns.values():
+            fn()
+    times = {name: [] for name in fns}
+    for _ in range(repeats):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            fn()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1e3 * statistics.median(t) for name, t in times.items()}
 
 
 def epoch_timer():

@@ -307,6 +307,38 @@ class Interpreted {
 
 // ---- Forward: sum / mean / max / min ----
 
+// Where the forward's source loads read a row: each distinct load's offset into it (a contiguous table's first
+// entry) and its typed slot's stride (0 untyped), for prefetching exactly the tiles the program reads, as the
+// templates' walks do (a gate's a and c; a typed edge's own slot, not all of them). Unknown (prefetch the
+// tile's place in every width-wide part of the row) when a table is not contiguous or there are many loads.
+struct SourceReads {
+  static constexpr int kMax = 4;
+  int count = -1;  // -1: unknown
+  int64_t offset[kMax] = {};
+  int64_t typed_stride[kMax] = {};
+
+  template <typename T>
+  static SourceReads Of(const EdgeCode<T>& p) {
+    SourceReads reads;
+    if (p.contiguous == nullptr) return reads;
+    reads.count = 0;
+    for (int i = 0; i < p.num_instructions; ++i) {
+      const int32_t* ins = p.Ins(i);
+      if (ins[0] != kLoadSrc && ins[0] != kLoadSrcTyped) continue;
+      const int64_t offset = p.contiguous[ins[1]];
+      const int64_t stride = ins[0] == kLoadSrcTyped ? ins[2] : 0;
+      if (offset < 0) return SourceReads();
+      bool seen = false;
+      for (int r = 0; r < reads.count; ++r) seen |= reads.offset[r] == offset && reads.typed_stride[r] == stride;
+      if (seen) continue;
+      if (reads.count == kMax) return SourceReads();
+      reads.offset[reads.count] = offset;
+      reads.typed_stride[reads.count++] = stride;
+    }
+    return reads;
+  }
+};
+
 template <typename T, typename Index, typename Code>
 struct CodeForwardWalk {
   const Segments<Index>& csc;
@@ -314,12 +346,20 @@ struct CodeForwardWalk {
   const Code& code;
   int64_t gathered_rows;
   int64_t gathered_per_row;
+  SourceReads reads;
   CodeRegisters<T>* regs;  // this thread's
   static constexpr int kParts = 1;
 
-  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t, int64_t) const {
-    PrefetchBytes(p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width,
-                  std::min<int64_t>(p.src_width * sizeof(T), 512));
+  NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t f0, int64_t n) const {
+    const T* row = p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width + f0;
+    if (reads.count < 0) {
+      for (int64_t part = 0; part < gathered_per_row; ++part) PrefetchBytes(row + part * p.width, n * sizeof(T));
+      return;
+    }
+    const int64_t type = p.type != nullptr ? p.type[csc.Edge(k)] : 0;
+    for (int r = 0; r < reads.count; ++r) {
+      PrefetchBytes(row + reads.offset[r] + type * reads.typed_stride[r], n * sizeof(T));
+    }
   }
   template <typename Red, int64_t kStride>
   void Accumulate(int64_t v, Index k, int, int64_t f0, int64_t count, T* __restrict acc,
@@ -339,7 +379,8 @@ void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_sr
   // Registers live on the heap, once per block: a 64 KiB stack array per edge costs page probes.
   auto* regs = new CodeRegisters<T>;
   const Code code(p);
-  const CodeForwardWalk<T, Index, Code> walk{csc, p, code, csc.indices ? num_src : 0, per_row, regs};
+  const CodeForwardWalk<T, Index, Code> walk{csc, p, code, csc.indices ? num_src : 0, per_row,
+                                              SourceReads::Of(p), regs};
   ReduceSegments<R>(walk, csc, 1, p.width, first, last, out, arg, init);
   delete regs;
 }

@@ -5,6 +5,8 @@ import pathlib
 import subprocess
 import sys
 
+import pytest
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
@@ -20,3 +22,22 @@ def test_smallest_case_table_and_plot(tmp_path):
         assert system in rows, done.stdout
         assert float(rows[system].split()[-3]) > 0, rows[system]  # median ms
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow  # 18 s: 32 traced functions and 8 generated libraries
+def test_programs_table_compares_every_template_with_its_edge_code():
+    """--programs: each template against its edge code, the four calls alternated; the tool asserts the two
+    agree before it times them."""
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_kernels.py"), "--programs",
+                           "--reddit_vertices=300", "--reddit_edges=3000", "--width=16", "--repeats=2"],
+                          capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=ROOT)
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = {line.split("|")[1].strip(): line.split("|")[2:-1] for line in done.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| program")}
+    assert set(rows) == {"copy_src", "src_mul_edge", "src_add_dst", "src_mul_dst", "gate_sigmoid", "gate_tanh",
+                         "gate_relu", "type_select"}, done.stdout
+    for name, cells in rows.items():
+        times = [float(cells[i]) for i in (0, 1, 3, 4)]  # template and code, forward and forward + backward
+        ratios = [float(cells[i].strip().rstrip("x")) for i in (2, 5)]
+        assert min(times) > 0 and min(ratios) > 0, (name, cells)
