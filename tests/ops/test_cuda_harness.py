@@ -22,8 +22,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 import build_cuda  # noqa: E402  (tools/ is not a package)
 
-# One architecture is enough to catch compile errors; NGRA_TF_CUDA_ARCHS overrides.
-ARCHS = build_cuda.archs_from_env(default=("90",))
+# One architecture is enough to catch compile errors: PTX alone without a GPU; NGRA_TF_CUDA_ARCHS overrides.
+ARCHS = build_cuda.check_archs()
 OUT = ROOT / "build" / "cuda"
 
 
@@ -43,17 +43,6 @@ def run(binary, *args):
     output = result.stdout + result.stderr
     summary = [line for line in output.splitlines() if line.endswith("failed")]
     return result.returncode, output, summary[-1] if summary else ""
-
-
-def gpu_present():
-    smi = shutil.which("nvidia-smi")
-    if smi is None:
-        return False
-    try:
-        result = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return result.returncode == 0 and "GPU" in result.stdout
 
 
 def test_emulated(harness):
@@ -76,7 +65,7 @@ def test_gpu(harness):
     binary, with_nvcc = harness
     if not with_nvcc:
         pytest.skip("nvcc not found: the harness was built without its GPU half")
-    if not gpu_present():
+    if not build_cuda.gpu_visible():
         pytest.skip("no GPU (nvidia-smi -L lists none): the CUDA kernels were compiled but not run")
     code, output, summary = run(binary, "--mode=gpu")
     assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
@@ -102,7 +91,7 @@ def test_generated_check_builds_with_nvcc_and_runs_where_there_is_a_gpu(tmp_path
                                                                     "using Cases = CaseList<Gate4>"))
     binary = build_cuda.build_generated_check(ARCHS, str(tmp_path), str(cases))
     code, output, summary = run(binary)
-    if gpu_present():
+    if build_cuda.gpu_visible():
         assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
     else:
         assert code == 1 and "gpu: no CUDA device" in output, output[-6000:]

@@ -148,7 +148,7 @@ def test_row_formatting():
 
 @pytest.mark.skipif(build_cuda.find_nvcc() is None, reason="nvcc not installed")
 def test_library_builds_and_loads(tmp_path):
-    lib = bench_cuda.load_library(["90"], str(ROOT / "build" / "cuda"))
+    lib = bench_cuda.load_library(build_cuda.check_archs(), str(ROOT / "build" / "cuda"))
     assert lib.ngra_bench_create.restype is ctypes.c_void_p
     # Without a GPU (or driver) creating a handle fails with a CUDA message, not a crash.
     handle = lib.ngra_bench_create(None, 0, 1, 1, 0, None, None, None, None, None, 256, 1 << 20)

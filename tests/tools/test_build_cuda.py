@@ -1,0 +1,38 @@
+"""tools/build_cuda.py's architecture flags: SASS per architecture with PTX for the newest, or PTX alone."""
+
+import pathlib
+import sys
+
+import pytest
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+import build_cuda  # noqa: E402  (tools/ is not a package)
+
+
+def test_each_architecture_gets_sass_and_the_newest_ptx():
+    assert build_cuda.gencode_flags(["sm_90", "80"]) == ["-gencode=arch=compute_80,code=sm_80",
+                                                         "-gencode=arch=compute_90,code=sm_90",
+                                                         "-gencode=arch=compute_90,code=compute_90"]
+
+
+def test_compute_architectures_get_ptx_alone():
+    assert build_cuda.gencode_flags(["compute_90"]) == ["-gencode=arch=compute_90,code=compute_90"]
+    assert build_cuda.gencode_flags(["80", "compute_90"]) == ["-gencode=arch=compute_80,code=sm_80",
+                                                              "-gencode=arch=compute_80,code=compute_80",
+                                                              "-gencode=arch=compute_90,code=compute_90"]
+
+
+@pytest.mark.parametrize("archs", [[], ["ninety"], ["compute_"], ["sm_9x"]])
+def test_bad_architectures_are_named(archs):
+    with pytest.raises(ValueError, match=r"numbers like 80 or sm_90, or compute_90 for PTX alone; got"):
+        build_cuda.gencode_flags(archs)
+
+
+def test_the_environment_overrides_the_check_architectures(monkeypatch):
+    monkeypatch.setenv("NGRA_TF_CUDA_ARCHS", "compute_80;sm_90")
+    assert build_cuda.check_archs() == ["compute_80", "90"]
+    monkeypatch.delenv("NGRA_TF_CUDA_ARCHS")
+    monkeypatch.setattr(build_cuda, "gpu_visible", lambda: False)
+    assert build_cuda.check_archs() == ["compute_90"]
+    monkeypatch.setattr(build_cuda, "gpu_visible", lambda: True)
+    assert build_cuda.check_archs() == ["90"]
