@@ -274,6 +274,11 @@ def main(argv=None):
     parser.add_argument("-v", "--verbose", action="store_true")
     args = parser.parse_args(argv)
     archs = args.arch or archs_from_env()
+    try:
+        gencode_flags(archs)
+    except ValueError as error:
+        source = "--arch" if args.arch else "NGRA_TF_CUDA_ARCHS"
+        parser.error(f"{source}: {error}")
     nvcc = find_nvcc()
     if nvcc is None:
         print("nvcc not found (PATH, CUDA_HOME, /usr/local/cuda)", file=sys.stderr)

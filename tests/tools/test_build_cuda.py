@@ -1,11 +1,15 @@
-"""tools/build_cuda.py's architecture flags: SASS per architecture with PTX for the newest, or PTX alone."""
+"""tools/build_cuda.py's architecture flags: SASS per architecture with PTX for the newest, or PTX alone; a bad
+architecture is one line."""
 
+import os
 import pathlib
+import subprocess
 import sys
 
 import pytest
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tools"))
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tools"))
 import build_cuda  # noqa: E402  (tools/ is not a package)
 
 
@@ -36,3 +40,13 @@ def test_the_environment_overrides_the_check_architectures(monkeypatch):
     assert build_cuda.check_archs() == ["compute_90"]
     monkeypatch.setattr(build_cuda, "gpu_visible", lambda: True)
     assert build_cuda.check_archs() == ["90"]
+
+
+@pytest.mark.parametrize("args, env, named", [(["--arch", "nine"], {}, "--arch"),
+                                               (["--harness"], {"NGRA_TF_CUDA_ARCHS": "compute_x"},
+                                                "NGRA_TF_CUDA_ARCHS")])
+def test_the_tool_refuses_a_bad_architecture_in_one_line(args, env, named):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "build_cuda.py"), *args], capture_output=True,
+                          text=True, timeout=60, env=dict(os.environ, **env))
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+    assert f"error: {named}: CUDA architectures must be numbers like 80" in done.stderr.splitlines()[-1]
