@@ -314,17 +314,6 @@ def _forward(p: _Program) -> list:
     return lines
 
 
-def _disjoint_runs(p: _Program, groups) -> bool:
-    """Whether the (gradient row, table) groups are contiguous tables that no two of which overlap in one row (a
-    gate's a and c): then each adds straight into its row in the loop, through a pointer of its own."""
-    if not all(p.shapes[table] == "c" for _, table in groups):
-        return False
-    width = p.code.width
-    spans = sorted((row, int(p.code.tables[table][0])) for row, table in groups)
-    return all(row != next_row or start + width <= next_start
-               for (row, start), (next_row, next_start) in zip(spans, spans[1:]))
-
-
 def _backward(p: _Program, side: int, name: str) -> list:
     """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop."""
     c = p.code
@@ -381,12 +370,12 @@ def _backward(p: _Program, side: int, name: str) -> list:
         if op in _SIDES and adjoint[i] and not p.per_edge[i]:
             groups.setdefault((gradient_row[op], a), []).append(i)
     groups = sorted(groups.items())
-    direct = _disjoint_runs(p, [key for key, _ in groups])
+    direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
     for g, ((row, table), members) in enumerate(groups):
         if not direct:
             lines.append(f"  alignas(64) T al{g}[kTile];")
         else:
-            lines.append(f"  T* __restrict out{g} = {row} + p_.contiguous[{table}] + f0;")
+            lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
     z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
     # Softmax: the edge's weight, once for both seeds (once per edge when the score is).
     if softmax and p.per_edge[c.score]:
@@ -413,7 +402,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
             lines += _adjoint_step(p, i, adjoint, target, "    ")
     for g, ((row, table), members) in enumerate(groups):
         total = " + ".join(f"g{i}" for i in members)
-        lines.append(f"    al{g}[j] = {total};" if not direct else f"    out{g}[j] += {total};")
+        lines.append(f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
     lines.append("  }")
     # After the loop: the per-edge registers' adjoints, in reverse, then their loads' and the tiles' into the row.
     for i in range(len(p.ins)):

@@ -2,7 +2,6 @@
 generated C++ equal the unfused per-edge path (TF ops) and the interpreter; without a compiler, or with a
 library that does not fit, the interpreter runs and says why; the cache is safe for two processes at once."""
 
-import dataclasses
 import os
 import pathlib
 import subprocess
@@ -381,19 +380,3 @@ def test_a_killed_compile_leaves_no_scratch_for_long(monkeypatch, tmp_path):
     finally:
         generated._library.cache_clear()
     assert not stale.exists() and fresh.exists()
-
-
-def test_disjoint_contiguous_loads_add_straight_into_the_gradient_row():
-    """A gate's a and c (two contiguous, disjoint runs of the source row) add into d x_src inside the loop, each
-    through a pointer of its own; runs that overlap go through a tile each, added after the loop."""
-    width = 8
-    disjoint = gate(width)
-    overlapping = dataclasses.replace(disjoint, tables=np.stack([np.arange(width), np.arange(width) + width // 2,
-                                                                 np.arange(width)]).astype(np.int32))
-    direct, staged = (generated.source(code, "float32", "int32", "sum") for code in (disjoint, overlapping))
-
-    def backward_src(text):
-        return text[text.index("void BackwardSrc"):text.index("void BackwardDst")]
-
-    assert "out1[j] +=" in backward_src(direct) and "alignas(64) T al" not in backward_src(direct)
-    assert "out1" not in backward_src(staged) and "al1[j] =" in backward_src(staged)
