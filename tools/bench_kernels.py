@@ -14,9 +14,11 @@ per edge its index, its weight and the gathered row of X, plus the output.
 
 --programs times each specialised fused_gather program (copy_src, the G-GCN
 gates, ...) against the same edge stage as generic edge code
-(ngra_tf.ops.edge_code), forward and forward + backward, on the
-reddit-small-like graph: the compiler keeps a specialised kernel only where
-it is faster (ngra_tf.compiler.program.SPECIALISED).
+(ngra_tf.ops.edge_code), forward and forward + backward (d x_src), on the
+reddit-small-like graph, the four calls of a program alternated round by
+round so that a shared machine's slow spells fall on both alike: the
+compiler keeps a specialised kernel only where it is faster
+(ngra_tf.compiler.program.SPECIALISED).
 """
 
 from __future__ import annotations
