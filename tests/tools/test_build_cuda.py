@@ -50,3 +50,13 @@ def test_the_tool_refuses_a_bad_architecture_in_one_line(args, env, named):
                           text=True, timeout=60, env=dict(os.environ, **env))
     assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
     assert f"error: {named}: CUDA architectures must be numbers like 80" in done.stderr.splitlines()[-1]
+
+
+def test_setup_refuses_a_bad_architecture_in_one_line(tmp_path):
+    """The pip/setup.py build checks NGRA_TF_CUDA_ARCHS before it compiles anything, and says so in one line."""
+    done = subprocess.run([sys.executable, "setup.py", "-q", "build_ext", "--build-lib", str(tmp_path / "lib"),
+                           "--build-temp", str(tmp_path / "temp")], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, NGRA_TF_CUDA="1", NGRA_TF_CUDA_ARCHS="sm_9x"))
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith("NGRA_TF_CUDA_ARCHS: CUDA architectures must be numbers")
+    assert not (tmp_path / "lib" / "ngra_tf" / "ops" / "_ngra_ops.so").exists()
