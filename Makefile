@@ -6,6 +6,7 @@ PYTHON ?= python3
 VENV := .venv
 PY := $(abspath $(VENV))/bin/python
 STAMP := $(VENV)/.installed
+PLOT_STAMP := $(VENV)/.plot
 OPS_LIB := ngra_tf/ops/_ngra_ops.so
 OPS_SRCS := $(wildcard ops/cc/*.cc ops/cc/*.h ops/kernels/*.h ops/net/*.c)
 export TF_CPP_MIN_LOG_LEVEL ?= 2
@@ -24,10 +25,10 @@ test: $(OPS_LIB)
 
 # The rest: the full matrices behind make test's representatives, fuzzers, the
 # documentation's long blocks and a fresh-clone install (tests marked slow; tests/conftest.py).
-test-slow: $(OPS_LIB)
+test-slow: $(OPS_LIB) $(PLOT_STAMP)
 	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m slow tests
 
-bench: $(OPS_LIB)
+bench: $(OPS_LIB) $(PLOT_STAMP)
 	$(PY) tools/bench_kernels.py
 
 ops: $(OPS_LIB)
@@ -36,6 +37,11 @@ $(STAMP): requirements.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -r requirements.txt
+	touch $@
+
+# matplotlib, for the benchmarks' plots: not in requirements.txt, which says why.
+$(PLOT_STAMP): $(STAMP)
+	$(PY) -m pip install -q "matplotlib>=3.5"
 	touch $@
 
 # An editable install builds the op library in place (ngra_tf/ops/).

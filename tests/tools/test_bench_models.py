@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import numpy as np
+from plot_checks import assert_plot
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -31,12 +32,7 @@ def test_main_table_and_table_2_layout(tmp_path):
         assert cells[7] == "-" and cells[11] == "-", line  # no PyG asked for
         assert all(cells[i].endswith("x") for i in (8, 9, 10, 12)), line
     assert "NGra Table 2 layout" in done.stdout
-    try:
-        import matplotlib  # noqa: F401
-    except ImportError:
-        assert "matplotlib is not installed" in done.stdout
-    else:
-        assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_plot(done, plot)
 
 
 def test_unknown_system_model_or_graph_is_refused():

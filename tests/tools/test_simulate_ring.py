@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+from plot_checks import assert_plot
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -43,7 +44,7 @@ def test_defaults_print_figure_16s_shape_and_write_the_png(tmp_path):
                   "host traffic none / ring: 1: 1.00x  2: 2.00x  4: 4.00x  8: 8.00x",
                   "ring loaders (maximal bandwidth fat-tree): 1: GPU0; 2: GPU0; 4: GPU0 GPU2; 8: GPU0 GPU2 GPU4"):
         assert words in done.stdout
-    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_plot(done, png)
 
 
 def test_a_small_run_with_measured_compute_writes_json(tmp_path):
