@@ -14,10 +14,12 @@ per edge its index, its weight and the gathered row of X, plus the output.
 
 --programs times each specialised fused_gather program (copy_src, the G-GCN
 gates, ...) against the same edge stage as generic edge code
-(ngra_tf.ops.edge_code), forward and forward + backward (d x_src), on the
-reddit-small-like graph, the four calls of a program alternated round by
-round so that a shared machine's slow spells fall on both alike: the
-compiler keeps a specialised kernel only where it is faster
+(ngra_tf.ops.edge_code), forward, forward + backward (d x_src) and, for
+programs that read destination rows, forward + both gradients (d x_src and
+d x_dst), on the reddit-small-like graph, all calls of a program alternated
+round by round so that a shared machine's slow spells fall on each alike;
+the two gradients must agree before anything is timed. The compiler keeps a
+specialised kernel only where it is faster
 (ngra_tf.compiler.program.SPECIALISED).
 """
 
@@ -189,9 +191,11 @@ def run_programs(graph, width):
     adjacency = graph.adjacency
     print(f"\nSpecialised fused_gather programs against edge code: {n} vertices, {e} edges, d = {width} "
           f"(median ms of {FLAGS.repeats})")
+    print("\nfwd+bwd: d x_src; fwd+both: d x_src and d x_dst, which a user's stage with trainable destination rows "
+          "asks for (edge code gives both from one walk where the program has more than sums and products)")
     print("\n| program | template fwd | code fwd | code / template | template fwd+bwd | code fwd+bwd | "
-          "code / template |")
-    print("|---|---|---|---|---|---|---|")
+          "code / template | template fwd+both | code fwd+both | code / template |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for name, (kind, code) in program_cases(width).items():
         if kind == "s":
             operands, template = [x], dict(x_src=x)
@@ -214,36 +218,45 @@ def run_programs(graph, width):
         want = forwards["template"](**template).numpy().reshape(n, -1)
         got = forwards["code"](**code_args).numpy()
         np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
-        times = _program_times(forwards, args, n, width, rng)
-        tf_, cf, tb, cb = (times[key] for key in (("template", False), ("code", False), ("template", True),
-                                                  ("code", True)))
-        print(f"| {name} | {tf_:.1f} | {cf:.1f} | {cf / tf_:.2f}x | {tb:.1f} | {cb:.1f} | {cb / tb:.2f}x |",
-              flush=True)
+        times, grads = _program_times(forwards, args, n, width, rng)
+        for operand, (want, got) in enumerate(zip(grads["template"], grads["code"])):
+            np.testing.assert_allclose(got.numpy().reshape(n, -1), want.numpy().reshape(n, -1), rtol=1e-4,
+                                       atol=1e-5 * np.abs(want.numpy()).max(), err_msg=f"{name}, d operand {operand}")
+        cells = []
+        for passes in ("fwd", "src", "both"):
+            if ("template", passes) in times:
+                template_ms, code_ms = times["template", passes], times["code", passes]
+                cells += [f"{template_ms:.1f}", f"{code_ms:.1f}", f"{code_ms / template_ms:.2f}x"]
+            else:
+                cells += ["-"] * 3
+        print(f"| {name} | {' | '.join(cells)} |", flush=True)
 
 
 def _program_times(forwards, args, n, width, rng):
-    """{(system, backward): median ms} of each system's forward(**args) alone and with its backward (d x_src),
-    the four calls alternated round by round."""
+    """({(system, passes): median ms}, {system: its gradients}) of each system's forward(**args) alone ("fwd"),
+    with d x_src ("src") and, where the program reads destination rows, with d x_src and d x_dst ("both"): all
+    calls alternated round by round."""
     upstream = tf.constant(rng.standard_normal((n, width), dtype=np.float32))
 
-    def timed(forward, operands):
+    def with_gradients(forward, operands, names):
         @tf.function
-        def fwd():
-            return forward(**operands)
-
-        @tf.function
-        def both():
+        def call():
             with tf.GradientTape() as tape:
-                tape.watch(operands["x_src"])
+                tape.watch([operands[name] for name in names])
                 out = tf.reshape(forward(**operands), [n, width])
-            return out, tape.gradient(out, operands["x_src"], output_gradients=upstream)
+            return out, tape.gradient(out, [operands[name] for name in names], output_gradients=upstream)
 
-        return fwd, both
+        return call
 
-    calls = {}
+    calls, grads = {}, {}
     for system, forward in forwards.items():
-        calls[system, False], calls[system, True] = timed(forward, args[system])
-    return alternated_ms(calls, FLAGS.repeats)
+        operands = args[system]
+        calls[system, "fwd"] = tf.function(lambda forward=forward, operands=operands: forward(**operands))
+        calls[system, "src"] = with_gradients(forward, operands, ["x_src"])
+        if "x_dst" in operands:
+            calls[system, "both"] = with_gradients(forward, operands, ["x_src", "x_dst"])
+        grads[system] = calls[system, "both" if "x_dst" in operands else "src"]()[1]
+    return alternated_ms(calls, FLAGS.repeats), grads
 
 
 def main(argv):
