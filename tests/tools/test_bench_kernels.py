@@ -25,7 +25,7 @@ def test_smallest_case_table_and_plot(tmp_path):
     assert_plot(done, plot)
 
 
-@pytest.mark.slow  # 18 s: 32 traced functions and 8 generated libraries
+@pytest.mark.slow  # 25 s: 42 traced functions and 8 generated libraries
 def test_programs_table_compares_every_template_with_its_edge_code():
     """--programs: each template against its edge code, the calls alternated; the tool asserts that the two
     agree, forward and gradients, before it times them."""
