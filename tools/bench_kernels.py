@@ -198,30 +198,28 @@ def run_programs(graph, width):
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, (kind, code) in program_cases(width).items():
         if kind == "s":
-            operands, template = [x], dict(x_src=x)
+            template = dict(x_src=x)
             code_args = dict(x_src=x)
         elif kind == "sw":
-            operands, template = [x], dict(x_src=x, edge_data=weight)
+            template = dict(x_src=x, edge_data=weight)
             code_args = dict(x_src=x, edge_data=weight[:, None])
         elif kind == "sd":
-            operands, template = [x], dict(x_src=x, x_dst=x)
+            template = dict(x_src=x, x_dst=x)
             code_args = dict(x_src=x, x_dst=x)
         elif kind == "gd":
-            operands, template = [gates], dict(x_src=gates, x_dst=x)
+            template = dict(x_src=gates, x_dst=x)
             code_args = dict(x_src=tf.reshape(gates, [n, 2 * width]), x_dst=x)
         else:
-            operands, template = [typed], dict(x_src=typed, edge_data=types)
+            template = dict(x_src=typed, edge_data=types)
             code_args = dict(x_src=tf.reshape(typed, [n, 3 * width]), edge_type=types)
         forwards = {"template": lambda **a: ngra_tf.ops.fused_gather(adjacency, program=name, **a),
                     "code": lambda **a: ec.edge_code_gather(adjacency, code, **a)}
         args = {"template": template, "code": code_args}
-        want = forwards["template"](**template).numpy().reshape(n, -1)
-        got = forwards["code"](**code_args).numpy()
-        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(), err_msg=name)
-        times, grads = _program_times(forwards, args, n, width, rng)
-        for operand, (want, got) in enumerate(zip(grads["template"], grads["code"])):
-            np.testing.assert_allclose(got.numpy().reshape(n, -1), want.numpy().reshape(n, -1), rtol=1e-4,
-                                       atol=1e-5 * np.abs(want.numpy()).max(), err_msg=f"{name}, d operand {operand}")
+        times, results = _program_times(forwards, args, n, width, rng)
+        for part, (want, got) in enumerate(zip(results["template"], results["code"])):  # output, then gradients
+            want, got = want.numpy().reshape(n, -1), got.numpy().reshape(n, -1)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5 * np.abs(want).max(),
+                                       err_msg=f"{name}, {'output' if part == 0 else f'd operand {part - 1}'}")
         cells = []
         for passes in ("fwd", "src", "both"):
             if ("template", passes) in times:
@@ -233,9 +231,9 @@ def run_programs(graph, width):
 
 
 def _program_times(forwards, args, n, width, rng):
-    """({(system, passes): median ms}, {system: its gradients}) of each system's forward(**args) alone ("fwd"),
-    with d x_src ("src") and, where the program reads destination rows, with d x_src and d x_dst ("both"): all
-    calls alternated round by round."""
+    """({(system, passes): median ms}, {system: [output, *gradients]}): each system's forward(**args) alone
+    ("fwd"), with d x_src ("src") and, where the program reads destination rows, with d x_src and d x_dst
+    ("both"), all calls alternated round by round."""
     upstream = tf.constant(rng.standard_normal((n, width), dtype=np.float32))
 
     def with_gradients(forward, operands, names):
@@ -248,15 +246,16 @@ def _program_times(forwards, args, n, width, rng):
 
         return call
 
-    calls, grads = {}, {}
+    calls, results = {}, {}
     for system, forward in forwards.items():
         operands = args[system]
         calls[system, "fwd"] = tf.function(lambda forward=forward, operands=operands: forward(**operands))
         calls[system, "src"] = with_gradients(forward, operands, ["x_src"])
         if "x_dst" in operands:
             calls[system, "both"] = with_gradients(forward, operands, ["x_src", "x_dst"])
-        grads[system] = calls[system, "both" if "x_dst" in operands else "src"]()[1]
-    return alternated_ms(calls, FLAGS.repeats), grads
+        out, grads = calls[system, "both" if "x_dst" in operands else "src"]()
+        results[system] = [out, *grads]
+    return alternated_ms(calls, FLAGS.repeats), results
 
 
 def main(argv):
