@@ -130,9 +130,10 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
     return (out, aux) if return_aux else out
 
 
-# Ops that take more than a few cycles a feature: a division, a root, a transcendental function.
-_COSTLY = {OPCODES[name] for name in ("div", "reciprocal", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "tanh",
-                                      "sigmoid", "elu", "selu", "softplus", "softsign", "pow_const")}
+# Ops that take more than a few cycles a feature: a division, a root, a transcendental function (not tanh: a
+# rational function in edge code).
+_COSTLY = {OPCODES[name] for name in ("div", "reciprocal", "sqrt", "rsqrt", "exp", "expm1", "log", "log1p", "sigmoid",
+                                      "elu", "selu", "softplus", "softsign", "pow_const")}
 
 
 def src_walk_takes_dst(x_src, x_dst, opcodes) -> bool:
@@ -140,13 +141,15 @@ def src_walk_takes_dst(x_src, x_dst, opcodes) -> bool:
     edge's share of d x_dst in a row of its own and adds them per destination after each block of sources,
     instead of a second walk that reads every edge's source row again and evaluates the program again
     (opcodes: its instructions'). That pays where the destination's rows are at most a quarter of the
-    source's (attention's per-head scores) or the program computes more than sums and products: one walk
-    took 0.67-0.92x the time of two for a tanh gate, a sigmoid gate, a ratio, an RBF and an exp/div score,
-    1.55x for leaky_relu(a + b) (reddit-small x 0.25, 64 features). Rows of unknown width: no."""
+    source's (attention's per-head scores) or the program has two costly ops or more: one walk took
+    0.83-0.92x the time of two for an exp/div score, 0.99-1.20x for a sigmoid gate, 1.12-1.73x for an RBF
+    and a ratio (one costly op each) and 1.34-1.45x for a relu gate, at 11,650 vertices x 64 features and
+    46,600 x 128, once the second walk sums its tiles in registers (docs/results/fused-edges.md). Rows of
+    unknown width: no."""
     src_width, dst_width = x_src.shape[-1], x_dst.shape[-1]
     if src_width is None or dst_width is None:
         return False
-    return 4 * dst_width <= src_width or any(int(op) in _COSTLY for op in opcodes)
+    return 4 * dst_width <= src_width or sum(int(op) in _COSTLY for op in opcodes) >= 2
 
 
 def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=None, edge_type=None,

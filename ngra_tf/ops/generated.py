@@ -314,12 +314,9 @@ def _forward(p: _Program) -> list:
     return lines
 
 
-def _backward(p: _Program, side: int, name: str) -> list:
-    """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop."""
-    c = p.code
-    softmax = c.score >= 0
+def _adjoints(p: _Program, side: int) -> list:
+    """Which registers carry an adjoint to `side`: dependent on it, and a root or read by one that has one."""
     depends = p.depends(side)
-    # Registers with an adjoint: dependent on the side, and a root or read by one that has one.
     adjoint = [False] * len(p.ins)
     for i in range(len(p.ins) - 1, -1, -1):
         op, a, b, k = p.ins[i]
@@ -329,6 +326,48 @@ def _backward(p: _Program, side: int, name: str) -> list:
             for x in ((a, b) if op in _BINARY else (a,)):
                 if depends[x]:
                     adjoint[x] = True
+    return adjoint
+
+
+def _gradient_row(side: int) -> dict:
+    """The row each load's adjoint adds into, in a backward for `side`."""
+    return {"load_src": "row", "load_src_typed": "typed_row", "load_edge": "row",
+            "load_dst": "dst_row" if side == SRC_AND_DST else "row"}
+
+
+def _groups(p: _Program, side: int, adjoint) -> list:
+    """The feature loads of `side` that carry an adjoint, grouped by where they add (the same table of the same
+    row), sorted: [((row, table), [instruction, ...]), ...]."""
+    rows = _gradient_row(side)
+    groups = {}
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if op in _SIDES and adjoint[i] and not p.per_edge[i]:
+            groups.setdefault((rows[op], a), []).append(i)
+    return sorted(groups.items())
+
+
+# At most this many runs of a row summed in tiles at once (a gate's [a | c] is two): their tiles must fit the
+# CPU's registers, or nearly.
+_MAX_TILE_RUNS = 2
+
+
+def _tile_tables(p: _Program, side: int) -> list:
+    """The tables whose contiguous runs of the row the feature adjoints of `side` (0 or 1) add into, for the
+    walks that sum a segment's edges in tiles held in registers (kTileRuns); [] where they add elsewhere."""
+    groups = _groups(p, side, _adjoints(p, side))
+    if groups and len(groups) <= _MAX_TILE_RUNS and all(row == "row" and p.shapes[table] == "c"
+                                                        for (row, table), _ in groups):
+        return [table for (row, table), _ in groups]
+    return []
+
+
+def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> list:
+    """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop.
+    into_tile: the feature adjoints add into the tiles `acc` instead, one for each run of the row they add into
+    (_tile_tables), and the function is inlined into the walk's loop over a segment's edges."""
+    c = p.code
+    softmax = c.score >= 0
+    adjoint = _adjoints(p, side)
     # The forward registers that the adjoints and seeds read.
     reads = list(adjoint)
     for i, (op, a, b, k) in enumerate(p.ins):
@@ -339,12 +378,17 @@ def _backward(p: _Program, side: int, name: str) -> list:
     if softmax:
         reads[c.score] = reads[c.value] = True
     needed = _closure(p, reads)
-    gradient_row = {"load_src": "row", "load_src_typed": "typed_row", "load_edge": "row",
-                    "load_dst": "dst_row" if side == SRC_AND_DST else "row"}
-    lines = ["template <typename Seed>",
-             f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, T* dst_row, "
-             "const Seed& seed) const {",
-             "  (void)u; (void)v; (void)e; (void)dst_row;"]
+    gradient_row = _gradient_row(side)
+    if into_tile:
+        lines = ["template <typename Seed>",
+                 f"__attribute__((always_inline)) void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, "
+                 "T* __restrict acc, T* row, const Seed& seed) const {",
+                 "  (void)u; (void)v; (void)e; (void)row;"]
+    else:
+        lines = ["template <typename Seed>",
+                 f"void {name}(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, T* dst_row, "
+                 "const Seed& seed) const {",
+                 "  (void)u; (void)v; (void)e; (void)dst_row;"]
     lines += ["  " + line for line in _prelude(p, needed)]
     if any(adjoint[i] and op == "load_src_typed" for i, (op, *_) in enumerate(p.ins)):
         stride = next(b for op, a, b, k in p.ins if op == "load_src_typed")
@@ -365,13 +409,11 @@ def _backward(p: _Program, side: int, name: str) -> list:
     # Feature loads of the side, grouped by where they add (the same table of the same row). One contiguous
     # group adds straight into the row in the loop; otherwise each group fills a tile that is added after the
     # loop: ranges may overlap, and an indexed add in the loop (entries repeat) would keep it from vectorising.
-    groups = {}
-    for i, (op, a, b, k) in enumerate(p.ins):
-        if op in _SIDES and adjoint[i] and not p.per_edge[i]:
-            groups.setdefault((gradient_row[op], a), []).append(i)
-    groups = sorted(groups.items())
+    groups = _groups(p, side, adjoint)
     direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
     for g, ((row, table), members) in enumerate(groups):
+        if into_tile:
+            continue
         if not direct:
             lines.append(f"  alignas(64) T al{g}[kTile];")
         else:
@@ -402,7 +444,8 @@ def _backward(p: _Program, side: int, name: str) -> list:
             lines += _adjoint_step(p, i, adjoint, target, "    ")
     for g, ((row, table), members) in enumerate(groups):
         total = " + ".join(f"g{i}" for i in members)
-        lines.append(f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
+        lines.append(f"    acc[{g} * kTile + j] += {total};" if into_tile else
+                     f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
     lines.append("  }")
     # After the loop: the per-edge registers' adjoints, in reverse, then their loads' and the tiles' into the row.
     for i in range(len(p.ins)):
@@ -416,7 +459,7 @@ def _backward(p: _Program, side: int, name: str) -> list:
     for i, (op, a, b, k) in enumerate(p.ins):
         if op in _SIDES and adjoint[i] and p.per_edge[i]:
             lines.append(f"  {gradient_row[op]}[p_.tables[{a} * p_.width]] += g{i};")
-    if not direct:
+    if not direct and not into_tile:
         for g, ((row, table), members) in enumerate(groups):
             if p.shapes[table] == "c":
                 lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
@@ -469,11 +512,36 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
                             "nullptr, seed);")
     body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)row; (void)dst_row; (void)seed;")
     body.append("  }")
+    # The walks' tile sums (kTileRuns in ops/kernels/edge_code_walks.h), for each side whose adjoints add into
+    # one or two runs of the row.
+    tiles = {side: _tile_tables(p, side) if reaches[side] else [] for side in (0, 1)}
+    body.append(f"  static constexpr int kTileRuns[2] = {{{len(tiles[0])}, {len(tiles[1])}}};")
+
+    def starts(side):
+        return "{" + ", ".join(f"p_.contiguous[{table}]" for table in tiles[side]) + "}" if tiles[side] else "{0}"
+
+    body.append("  template <int kSide> int64_t TileStart(int run) const {")
+    body.append(f"    const int64_t src[] = {starts(0)}, dst[] = {starts(1)};")
+    body.append("    return kSide == 0 ? src[run] : dst[run];")
+    body.append("  }")
+    body.append("  template <int kSide, typename Seed>")
+    body.append("  __attribute__((always_inline)) void Sum(int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, "
+                "T* __restrict acc, T* row, const Seed& seed) const {")
+    for side in (0, 1):
+        if tiles[side]:
+            body.append(f"    if constexpr (kSide == {side}) Sum{sides[side][1][len('Backward'):]}"
+                        "(u, v, e, f0, n, acc, row, seed);")
+    body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)acc; (void)row; (void)seed;")
+    body.append("  }")
     body.append("")
     body.append(" private:")
     for side, name in sides:
         if reaches[side]:
             body += ["  " + line for line in _backward(p, side, name)]
+    for side in (0, 1):
+        if tiles[side]:
+            body += ["  " + line for line in _backward(p, side, "Sum" + sides[side][1][len("Backward"):],
+                                                       into_tile=True)]
     body += ["  const EdgeCode<T>& p_;", "};", "}  // namespace", ""]
     reduce_code = CODE_REDUCES.index(reduce)  # CodeReduce in ops/kernels/edge_code_walks.h
     body += ['extern "C" {',

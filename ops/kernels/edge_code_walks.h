@@ -19,6 +19,13 @@
 // seeds back to the loads of `side` and adds their adjoints into `row`. With
 // kSeedsItself it takes the seed (CodeSeed::AtEdge) and computes everything
 // in its loop; else the walk runs Forward and seeds regs->adjoints first.
+// A generated policy whose side's feature adjoints add into one or two
+// contiguous runs of the row has kTileRuns[side] > 0 (side kLoadSrc or
+// kLoadDst), TileStart<side>(run) (a run's first column) and Sum<side>(u, v,
+// e, f0, n, acc, row, seed), which adds them into run r's tile at acc + r *
+// kTile instead: the walk then sums a segment's edges tile by tile in CPU
+// registers, as the template kernels' ReduceTile does, instead of reading and
+// writing the row in memory at every edge.
 #ifndef NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
 #define NGRA_OPS_KERNELS_EDGE_CODE_WALKS_H_
 
@@ -271,6 +278,7 @@ template <typename T>
 class Interpreted {
  public:
   static constexpr bool kSeedsItself = false;
+  static constexpr int kTileRuns[2] = {0, 0};
 
   explicit Interpreted(const EdgeCode<T>& p) : p_(p) {
     for (int side = kLoadSrc; side <= kLoadEdge; ++side) NeededFor(p, side, needed_[side]);
@@ -477,14 +485,71 @@ NGRA_PREFETCH_INLINE void PrefetchEdge(const EdgeCode<T>& p, int64_t e) {
   if (p.type != nullptr) __builtin_prefetch(p.type + e);
 }
 
+// Segment s's share of the gradient row `row` of side kSide (kLoadSrc: s is a source, seg is CSR; kLoadDst: a
+// destination, CSC), features [f0, f0 + n) of each of the code's runs (TileStart): summed over the segment's
+// edges in `acc`, which the compiler keeps in registers when kFull makes n the constant kTile, then added
+// into the row once. Edges are summed in stored order, as the walk per edge does. `ahead` prefetches the
+// rows that edge k + kPrefetchDistance reads while that is below prefetch_end.
+template <int kSide, bool kFull, Seed S, typename T, typename Index, typename Code, typename Ahead>
+inline void CodeSumTile(const Code& code, const Segments<Index>& seg, const CodeSeed<S, T, Index>& seed, int64_t s,
+                        int64_t f0, int64_t n, Index prefetch_end, const Ahead& ahead, T* row) {
+  constexpr int64_t kTile = CodeTile<T>();
+  constexpr int kRuns = Code::kTileRuns[kSide];
+  const int64_t count = kFull ? kTile : n;
+  T acc[kRuns * kTile];
+  for (int r = 0; r < kRuns; ++r) {
+    for (int64_t j = 0; j < count; ++j) acc[r * kTile + j] = T(0);
+  }
+  for (Index k = seg.Begin(s), end = seg.End(s); k < end; ++k) {
+    if (k + kPrefetchDistance < prefetch_end) ahead(k + kPrefetchDistance);
+    const int64_t other = seg.Row(k);
+    const Index e = seg.Edge(k);
+    const int64_t v = kSide == kLoadSrc ? other : s;
+    code.template Sum<kSide>(kSide == kLoadSrc ? s : other, v, e, f0, count, acc, row, seed.At(v, e, f0));
+  }
+  for (int r = 0; r < kRuns; ++r) {  // runs may overlap: one after the other
+    T* __restrict out = row + code.template TileStart<kSide>(r) + f0;
+    for (int64_t j = 0; j < count; ++j) out[j] += acc[r * kTile + j];
+  }
+}
+
+// Segment s's whole gradient row by CodeSumTile, a tile at a time (zeroed first).
+template <int kSide, Seed S, typename T, typename Index, typename Code, typename Ahead>
+void CodeSumRow(const Code& code, const EdgeCode<T>& p, const Segments<Index>& seg, const CodeSeed<S, T, Index>& seed,
+                int64_t s, Index prefetch_end, const Ahead& ahead, T* row, int64_t row_width) {
+  constexpr int64_t kTile = CodeTile<T>();
+  std::memset(row, 0, sizeof(T) * row_width);
+  for (int64_t f0 = 0; f0 < p.width; f0 += kTile) {
+    const int64_t n = std::min(kTile, p.width - f0);
+    if (n == kTile) {
+      CodeSumTile<kSide, true>(code, seg, seed, s, f0, n, prefetch_end, ahead, row);
+    } else {
+      CodeSumTile<kSide, false>(code, seg, seed, s, f0, n, prefetch_end, ahead, row);
+    }
+  }
+}
+
 // d x_src: walks the source-grouped (CSR) segments [first, last); d_src rows are src_width wide. With
 // dst_terms (side kLoadSrcAndDst), also each edge's adjoints of the destination's loads, into its row there:
 // the row of CSR position k is k - terms_first.
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
                  int64_t first, int64_t last, T* d_src, T* dst_terms = nullptr, int64_t terms_first = 0) {
-  auto* regs = new CodeRegisters<T>;
   const Code code(p);
+  const Index prefetch_end = csr.End(last - 1);
+  if constexpr (Code::kTileRuns[kLoadSrc] > 0) {
+    if (dst_terms == nullptr) {
+      const auto ahead = [&](Index k) NGRA_PREFETCH_LAMBDA {
+        PrefetchDestination(p, seed, csr.Row(k));
+        PrefetchEdge(p, csr.Edge(k));
+      };
+      for (int64_t u = first; u < last; ++u) {
+        CodeSumRow<kLoadSrc>(code, p, csr, seed, u, prefetch_end, ahead, d_src + u * p.src_width, p.src_width);
+      }
+      return;
+    }
+  }
+  auto* regs = new CodeRegisters<T>;
   const int side = dst_terms != nullptr ? kLoadSrcAndDst : kLoadSrc;
   const bool reaches = code.Reaches(side);
   for (int64_t u = first; u < last; ++u) {
@@ -495,7 +560,7 @@ void CodeGradSrc(const Segments<Index>& csr, const EdgeCode<T>& p, const CodeSee
       T* terms = dst_terms != nullptr ? dst_terms + (static_cast<int64_t>(k) - terms_first) * p.dst_width : nullptr;
       if (terms != nullptr) std::memset(terms, 0, sizeof(T) * p.dst_width);
       if (!reaches) continue;
-      if (k + kPrefetchDistance < csr.End(last - 1)) {
+      if (k + kPrefetchDistance < prefetch_end) {
         PrefetchDestination(p, seed, csr.Row(k + kPrefetchDistance));
         PrefetchEdge(p, csr.Edge(k + kPrefetchDistance));
       }
@@ -531,10 +596,22 @@ void AddDstTerms(const Segments<Index>& csr, const T* terms, int64_t width, int6
 template <Seed S, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const CodeSeed<S, T, Index>& seed,
                        int side, int64_t first, int64_t last, T* out) {
-  auto* regs = new CodeRegisters<T>;
   const Code code(p);
-  const bool reaches = code.Reaches(side);
   const int64_t out_width = side == kLoadDst ? p.dst_width : p.edge_width;
+  const Index prefetch_end = csc.End(last - 1);
+  const auto ahead = [&](Index k) NGRA_PREFETCH_LAMBDA {
+    PrefetchBytes(p.x_src + csc.Row(k) * p.src_width, std::min<int64_t>(p.src_width * sizeof(T), kPrefetchMax));
+  };
+  if constexpr (Code::kTileRuns[kLoadDst] > 0) {
+    if (side == kLoadDst) {
+      for (int64_t v = first; v < last; ++v) {
+        CodeSumRow<kLoadDst>(code, p, csc, seed, v, prefetch_end, ahead, out + v * out_width, out_width);
+      }
+      return;
+    }
+  }
+  auto* regs = new CodeRegisters<T>;
+  const bool reaches = code.Reaches(side);
   for (int64_t v = first; v < last; ++v) {
     if (side == kLoadDst) std::memset(out + v * out_width, 0, sizeof(T) * out_width);
     for (Index k = csc.Begin(v), end = csc.End(v); k < end; ++k) {
@@ -542,10 +619,7 @@ void CodeGradDstOrEdge(const Segments<Index>& csc, const EdgeCode<T>& p, const C
       T* row = out + (side == kLoadDst ? v : static_cast<int64_t>(e)) * out_width;
       if (side == kLoadEdge) std::memset(row, 0, sizeof(T) * out_width);
       if (!reaches) continue;
-      if (k + kPrefetchDistance < csc.End(last - 1)) {
-        PrefetchBytes(p.x_src + csc.Row(k + kPrefetchDistance) * p.src_width,
-                      std::min<int64_t>(p.src_width * sizeof(T), kPrefetchMax));
-      }
+      if (k + kPrefetchDistance < prefetch_end) ahead(k + kPrefetchDistance);
       CodeEdgeGrad(code, p, seed, side, csc.Row(k), v, e, regs, row);
     }
   }

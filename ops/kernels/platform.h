@@ -18,6 +18,7 @@
 // so GCC finds such a function pure and deletes calls to it as dead code
 // unless it was inlined first: every prefetch would silently vanish.
 #define NGRA_PREFETCH_INLINE inline __attribute__((always_inline))
+#define NGRA_PREFETCH_LAMBDA __attribute__((always_inline))  // the same, for a lambda
 
 namespace ngra {
 

@@ -158,7 +158,7 @@ def test_random_programs_full_matrix(seed, reduce, dtype):
 @pytest.mark.parametrize("program,reduce", [("attention-4", "softmax"), ("attention-2", "softmax"), ("gate", "sum"),
                                             ("gate", "max")])
 def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(program, reduce, kernel_mode):
-    """wrt x_src_and_dst (the registered gradient's choice for GAT's per-head scores and for a tanh gate): the
+    """wrt x_src_and_dst (the registered gradient's choice for GAT's per-head scores and costly programs): the
     walk over sources leaves each edge's share of d x_dst in a row of its own, added per destination after."""
     rng = np.random.default_rng(7)
     width = 16
@@ -169,7 +169,8 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
     src_width, dst_width = (width + heads, heads) if heads else (2 * width, width)
     operands = (tf.constant(rng.normal(size=(graph.num_vertices, src_width)), tf.float32),
                 tf.constant(rng.normal(size=(graph.num_vertices, dst_width)), tf.float32), None, None)
-    assert ec.src_walk_takes_dst(operands[0], operands[1], code.attrs()["code"][0::4])
+    if heads:  # the gate (no costly op) takes two walks unless asked, as here
+        assert ec.src_walk_takes_dst(operands[0], operands[1], code.attrs()["code"][0::4])
     upstream_values = {}
 
     def upstream(out):
@@ -186,17 +187,65 @@ def test_one_walk_for_both_operands_equals_a_walk_for_each_and_the_unfused_path(
         _close(a, w, f"{name}: one walk vs the unfused path", 1e-5)
 
 
-def test_one_walk_is_chosen_for_narrow_destinations_and_costly_programs():
+def test_one_walk_is_chosen_for_narrow_destinations_and_programs_with_two_costly_ops():
     x_src, wide, narrow = tf.zeros([3, 32]), tf.zeros([3, 16]), tf.zeros([3, 8])
     opcodes = {name: [ec.OPCODES[op] for op in ops] for name, ops in (
         ("leaky message", ["load_src", "load_dst", "add", "leaky_relu"]),
         ("product", ["load_src", "load_dst", "mul", "load_src", "mul"]),
         ("tanh gate", ["load_src", "load_dst", "add", "tanh", "load_src", "mul"]),
+        ("sigmoid gate", ["load_src", "load_dst", "add", "sigmoid", "load_src", "mul"]),
         ("ratio", ["load_src", "load_dst", "sub", "abs", "const", "add", "div"]),
         ("exp/div", ["load_src", "load_dst", "add", "tanh", "exp", "const", "add", "div", "mul"]))}
-    assert [ec.src_walk_takes_dst(x_src, wide, ops) for ops in opcodes.values()] == [False, False, True, True, True]
+    chosen = [name for name, ops in opcodes.items() if ec.src_walk_takes_dst(x_src, wide, ops)]
+    assert chosen == ["exp/div"]  # exp and div; a sigmoid or a division alone is cheaper to evaluate again
     assert all(ec.src_walk_takes_dst(x_src, narrow, ops) for ops in opcodes.values())
     assert not ec.src_walk_takes_dst(tf.TensorSpec([None, None]), narrow, opcodes["exp/div"])  # width unknown
+
+
+def _tile_programs(width):
+    """Programs whose gradients add into one or two contiguous runs of a row (the walks' tile sums), with the
+    runs each side sums: {name: (EdgeCode, (source runs, destination runs))}."""
+    f = np.arange(width, dtype=np.int32)
+    tables = np.stack([f, width + f, f, np.zeros_like(f), 2 + f])
+    a, c, b = ("load_src", 0, 0, -1), ("load_src", 1, 0, -1), ("load_dst", 2, 0, -1)
+    return {
+        "product": (ec.EdgeCode((a, b, ("mul", 0, 1, -1)), (), tables, 2), (1, 1)),
+        "gate": (gate(width), (2, 1)),
+        # two runs two columns apart: two tiles that add into the same columns, one after the other
+        "overlapping": (ec.EdgeCode((a, b, ("mul", 0, 1, -1), ("load_src", 4, 0, -1), ("sigmoid", 3, 0, -1),
+                                     ("mul", 2, 4, -1)), (), tables, 5), (2, 1)),
+        # a per-edge column of the destination beside its run: added per edge, the run per tile
+        "edge column": (ec.EdgeCode((a, b, ("load_dst", 3, 0, -1), ("mul", 1, 2, -1), ("add", 0, 3, -1),
+                                     ("tanh", 4, 0, -1)), (), tables, 5), (1, 1)),
+    }
+
+
+@pytest.mark.parametrize("reduce", ["sum", "max"])
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_tiles_summed_over_a_segment_equal_the_interpreter_and_the_unfused_path(dtype, reduce):
+    """Rows of 130 features: whole tiles (kTile: 128 float32s, 64 float64s), whose sums the compiler keeps in
+    registers, and a partial one, through both walks (d x_src over sources, d x_dst over destinations)."""
+    rng = np.random.default_rng(3)
+    dtype = tf.as_dtype(dtype)
+    width = 130
+    graph = _graph(rng)
+    tol = 1e-5 if dtype == tf.float32 else 1e-12
+    for name, (code, runs) in _tile_programs(width).items():
+        assert f"kTileRuns[2] = {{{runs[0]}, {runs[1]}}}" in generated.source(code, dtype.name, "int32", reduce), name
+        operands = (tf.constant(rng.normal(size=(graph.num_vertices, 2 * width)), dtype),
+                    tf.constant(rng.normal(size=(graph.num_vertices, width)), dtype), None, None)
+        upstream_values = {}
+
+        def upstream(out):
+            return upstream_values.setdefault(out.shape, tf.constant(rng.normal(size=out.shape), dtype))
+
+        fast = _run(graph.adjacency, code, operands, reduce, upstream, "1", src_and_dst=False)
+        slow = _run(graph.adjacency, code, operands, reduce, upstream, "0", src_and_dst=False)
+        want = _reference(graph.adjacency, code, (*operands[:2], tf.zeros([graph.num_edges, 1], dtype), None), reduce,
+                          upstream, fast[-1] if reduce == "max" else None, None)
+        for label, got, interpreted, unfused in zip(("d x_src", "d x_dst"), fast[1:3], slow[1:3], want[:2]):
+            _close(got, interpreted, f"{name}, {label}: generated vs interpreted", tol)
+            _close(got, unfused, f"{name}, {label}: generated vs the unfused path", tol)
 
 
 @pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
