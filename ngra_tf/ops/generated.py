@@ -411,9 +411,7 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
     # loop: ranges may overlap, and an indexed add in the loop (entries repeat) would keep it from vectorising.
     groups = _groups(p, side, adjoint)
     direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
-    for g, ((row, table), members) in enumerate(groups):
-        if into_tile:
-            continue
+    for g, ((row, table), members) in enumerate(groups if not into_tile else []):
         if not direct:
             lines.append(f"  alignas(64) T al{g}[kTile];")
         else:
@@ -499,22 +497,26 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
     condition = " || ".join(f"side == {side}" for side in reaches if reaches[side]) or "false"
     body.append(f"  bool Reaches(int side) const {{ (void)side; return {condition}; }}")
     body += ["  " + line for line in _forward(p)]
+    # The walks' tile sums (kTileRuns in ops/kernels/edge_code_walks.h), for each side whose adjoints add into
+    # one or two runs of the row. That side's walk never calls its per-edge Backward, which is left out unless
+    # the one walk for both operands falls back to it (only one of the two reaches).
+    tiles = {side: _tile_tables(p, side) if reaches[side] else [] for side in (0, 1)}
+    both = reaches[0] and reaches[1]
+    dispatched = {side: reaches[side] and not tiles.get(side) for side, _ in sides}
+    emitted = {side: dispatched[side] or (not both and side in (0, 1) and reaches[side]) for side, _ in sides}
     body.append("  template <typename Seed>")
     body.append("  void Backward(int side, int64_t u, int64_t v, int64_t e, int64_t f0, int64_t n, T* row, "
                 "T* dst_row, const Seed& seed) const {")
     for side, name in sides:
-        if reaches[side]:
+        if dispatched[side]:
             body.append(f"    if (side == {side}) return {name}(u, v, e, f0, n, row, dst_row, seed);")
-    if not (reaches[0] and reaches[1]):  # one of the two reaches at most: its own walk's code
+    if not both:  # one of the two reaches at most: its own walk's code
         for side, row in ((0, "row"), (1, "dst_row")):
             if reaches[side]:
                 body.append(f"    if (side == {SRC_AND_DST}) return {sides[side][1]}(u, v, e, f0, n, {row}, "
                             "nullptr, seed);")
     body.append("    (void)u; (void)v; (void)e; (void)f0; (void)n; (void)row; (void)dst_row; (void)seed;")
     body.append("  }")
-    # The walks' tile sums (kTileRuns in ops/kernels/edge_code_walks.h), for each side whose adjoints add into
-    # one or two runs of the row.
-    tiles = {side: _tile_tables(p, side) if reaches[side] else [] for side in (0, 1)}
     body.append(f"  static constexpr int kTileRuns[2] = {{{len(tiles[0])}, {len(tiles[1])}}};")
 
     def starts(side):
@@ -536,7 +538,7 @@ def source(code, dtype: str, index_dtype: str, reduce: str) -> str:
     body.append("")
     body.append(" private:")
     for side, name in sides:
-        if reaches[side]:
+        if emitted[side]:
             body += ["  " + line for line in _backward(p, side, name)]
     for side in (0, 1):
         if tiles[side]:
