@@ -169,7 +169,11 @@ NGRA_UNARY(kLog1p, MathLog1p(a), gy / (T(1) + a))
 NGRA_UNARY(kReciprocal, T(1) / a, -gy * y * y)
 NGRA_UNARY(kTanh, MathTanh(a), gy * (T(1) - y * y))
 NGRA_UNARY(kSigmoid, T(1) / (T(1) + MathExp(-a)), gy * y * (T(1) - y))
-NGRA_UNARY(kRelu, a > T(0) ? a : T(0), a > T(0) ? gy : T(0))
+// Relu's adjoint multiplies by its 0/1 slope, as TensorFlow's ReluGrad does (an
+// infinite gy gives NaN where a <= 0; maximum's and minimum's are selects, as
+// TensorFlow's where is). A select here also let GCC make the load of a gate's
+// other factor a masked load (vmaskmovps).
+NGRA_UNARY(kRelu, a > T(0) ? a : T(0), gy * T(a > T(0)))
 NGRA_UNARY(kLeakyRelu, a > T(0) ? a : k * a, a > T(0) ? gy : k * gy)
 NGRA_UNARY(kElu, a < T(0) ? MathExp(a) - T(1) : a, y < T(0) ? gy * (y + T(1)) : gy)
 NGRA_UNARY(kSelu, a < T(0) ? T(kSeluScale * kSeluAlpha) * (MathExp(a) - T(1)) : T(kSeluScale) * a,

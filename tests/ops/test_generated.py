@@ -248,6 +248,32 @@ def test_tiles_summed_over_a_segment_equal_the_interpreter_and_the_unfused_path(
             _close(got, unfused, f"{name}, {label}: generated vs the unfused path", tol)
 
 
+@pytest.mark.parametrize("op", ["relu", "maximum", "minimum"])
+def test_adjoints_that_do_not_pass_treat_an_infinite_upstream_as_tensorflow_does(op):
+    """Where their condition fails, maximum's and minimum's adjoints send +0 (TensorFlow's where) and relu's
+    sends gy * 0 (TensorFlow's ReluGrad multiplies: NaN for an infinite gy). Upstream values of +-inf and NaN,
+    through the generated walks, the interpreter and the unfused path."""
+    rng = np.random.default_rng(5)
+    width = 130
+    graph = _graph(rng)
+    f = np.arange(width, dtype=np.int32)
+    a, c, b = ("load_src", 0, 0, -1), ("load_src", 1, 0, -1), ("load_dst", 0, 0, -1)
+    first = (("add", 0, 2, -1), ("relu", 3, 0, -1)) if op == "relu" else ((op, 0, 2, -1), ("neg", 3, 0, -1))
+    code = ec.EdgeCode((a, c, b, *first, ("mul", 4, 1, -1)), (), np.stack([f, width + f]), 5)
+    operands = (tf.constant(rng.normal(size=(graph.num_vertices, 2 * width)), tf.float32),
+                tf.constant(rng.normal(size=(graph.num_vertices, width)), tf.float32), None, None)
+    special = rng.choice([np.inf, -np.inf, np.nan, 1.0], size=(graph.num_vertices, width), p=[0.04, 0.04, 0.02, 0.9])
+    upstream = tf.constant(special * rng.normal(size=special.shape) ** 2, tf.float32)
+    fast = _run(graph.adjacency, code, operands, "sum", lambda _: upstream, "1", src_and_dst=False)
+    slow = _run(graph.adjacency, code, operands, "sum", lambda _: upstream, "0", src_and_dst=False)
+    want = _reference(graph.adjacency, code, (*operands[:2], tf.zeros([graph.num_edges, 1]), None), "sum",
+                      lambda _: upstream, None, None)
+    for label, got, interpreted, unfused in zip(("d x_src", "d x_dst"), fast[1:3], slow[1:3], want[:2]):
+        assert np.isfinite(tf.convert_to_tensor(unfused).numpy()).mean() > 0.2, "needs finite entries an inf would spoil"
+        _close(got, interpreted, f"{op}, {label}: generated vs interpreted", 1e-5)
+        _close(got, unfused, f"{op}, {label}: generated vs the unfused path", 1e-5)
+
+
 @pytest.mark.parametrize("kernel_mode", ["1", "0"], ids=["generated", "interpreted"])
 def test_one_walk_adds_the_destination_terms_block_by_block(kernel_mode):
     """Rows of 1024 destination features: the op keeps 4 MiB of terms, 1024 edges, at a time, so the walk runs
