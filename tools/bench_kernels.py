@@ -5,7 +5,10 @@ dense 10,000 x 128 float32 matrix; then two power-law graphs shaped like
 NGra's reddit-small (46.6K vertices, 1.4M edges) at d = 128 and d = 602,
 forward and forward + backward (the gradient w.r.t. X). Every system runs in
 the same process on the same data; the table reports medians, effective
-bandwidth and the ratio of the best peer's time to each system's.
+bandwidth and the ratio of the best peer's time to each system's. The TF-based
+systems run inside a tf.function, one call per timed run; fused_gather's
+forward is also called eagerly ("eager"), as torch's and scipy's calls are,
+which leaves out TensorFlow's function-call cost (~0.2 ms on 2 cores).
 
 Effective GB/s counts the bytes a kernel without cache reuse must move:
 per edge its index, its weight and the gathered row of X, plus the output.
@@ -46,7 +49,7 @@ flags.DEFINE_integer("reddit_vertices", 46_600, "Vertices of the reddit-small-li
 flags.DEFINE_integer("reddit_edges", 1_400_000, "Edges of the reddit-small-like graph.", lower_bound=1)
 FLAGS = flags.FLAGS
 
-NGRA = ("ngra fused_gather", "ngra scatter-mul-gather")
+NGRA = ("ngra fused_gather", "ngra fused_gather, eager", "ngra scatter-mul-gather")
 
 
 def tf_systems(graph, x, backward):
@@ -79,7 +82,10 @@ def tf_systems(graph, x, backward):
 
         return step
 
-    return {name: compiled(f) for name, f in forwards.items()}, upstream
+    systems = {name: compiled(f) for name, f in forwards.items()}
+    if not backward:  # the op called as torch's is, without a tf.function's call around it
+        systems["ngra fused_gather, eager"] = lambda: forwards["ngra fused_gather"](x)
+    return systems, upstream
 
 
 def peer_systems(graph, x, upstream, backward):

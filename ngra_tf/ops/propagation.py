@@ -60,12 +60,15 @@ def _resolve(graph):
     """(adjacency, its own edge data in adjacency order or None, the Graph if edges are in user order)."""
     if isinstance(graph, (Adjacency, LoadedAdjacency)):
         return graph, None, None
+    # Edge data as the tensor the graph or chunk keeps (made once, eagerly): a traced function captures it
+    # rather than embedding a copy, and an eager call does not convert it again.
     if isinstance(graph, Graph):
-        return graph.adjacency, graph.stored_edge_data, graph
+        return graph.adjacency, graph.edge_data_tensor(), graph
     adjacency = getattr(graph, "adjacency", None)
     if not isinstance(adjacency, (Adjacency, LoadedAdjacency)):
         raise TypeError(f"graph must be a Graph, a Chunk or an Adjacency, got {type(graph).__name__}")
-    return adjacency, getattr(graph, "edge_data", None), None
+    edge_data = graph.edge_data_tensor() if hasattr(graph, "edge_data_tensor") else getattr(graph, "edge_data", None)
+    return adjacency, edge_data, None
 
 
 def _user_ids(user_graph):
@@ -98,7 +101,7 @@ def _compute_dtype(dtype):
 
 
 def _empty(dtype):
-    return tf.zeros([0], dtype)
+    return tf.constant([], dtype)  # eagerly a fifth of tf.zeros' cost; in a graph the same constant
 
 
 def prepare_graph(tensors):
@@ -283,7 +286,8 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     adjacency, compute = f.adjacency, f.x_src.dtype
     lib = library()
     if lib is None:
-        out, argedge = reference.fused_gather(adjacency.src, adjacency.dst, _num_dst(adjacency), f.x_src, f.x_dst,
+        out, argedge = reference.fused_gather(adjacency.src, adjacency.dst, _num_dst(adjacency),
+                                              _dense_gradient(f.x_src), _dense_gradient(f.x_dst),
                                               f.weight, f.types, program, reduce, f.init,
                                               return_argedge=True)
     else:
@@ -369,9 +373,9 @@ def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _O
         raise ValueError(f"x_src must have known feature dimensions, got shape {x_src.shape}")
     width = int(np.prod(feature_shape.as_list(), dtype=np.int64))
     init = _init_tensor(init, reduce, adjacency.num_dst, feature_shape, dtype)
-    x_src = tf.reshape(tf.cast(x_src, compute), [-1] + x_src.shape[1:1 + slot_axes].as_list() + [width])
+    x_src = _rows(tf.cast(x_src, compute), x_src.shape[1:1 + slot_axes].as_list() + [width])
     if init is not None:
-        init = _matrix(tf.cast(init, compute), width)
+        init = _rows(tf.cast(init, compute), [width])
 
     if spec.uses_dst:
         if x_dst is None:
@@ -382,7 +386,7 @@ def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _O
         _check_rows("x_dst", x_dst, adjacency.num_dst, "destination vertex")
         if x_dst.shape[1:] != feature_shape:
             raise ValueError(f"x_dst must have features shaped {feature_shape} like x_src, got shape {x_dst.shape}")
-        x_dst = tf.reshape(tf.cast(x_dst, compute), [-1, width])
+        x_dst = _rows(tf.cast(x_dst, compute), [width])
     elif x_dst is not None:
         raise ValueError(f"program {program} does not read x_dst; pass x_dst=None")
 
@@ -401,21 +405,28 @@ def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _O
     return _Operands(adjacency, x_src, x_dst, weight, types, init, dtype, feature_shape)
 
 
-def _matrix(x, width):
-    """x as [rows, width]; as it is when it has that shape already, so that nothing stands between a
-    kernel's output and the next kernel's init (the chained column reductions of the compiler)."""
-    return x if x.shape.rank == 2 and x.shape[1] == width else tf.reshape(x, [-1, width])
+def _rows(x, row_shape):
+    """x as [rows] + row_shape; as it is when it has that shape already, so that nothing stands between a
+    kernel's output and the next kernel's init (the chained column reductions of the compiler), and an eager
+    call runs no reshape."""
+    return x if x.shape[1:] == row_shape else tf.reshape(x, [-1, *row_shape])
 
 
 def _in_stored_order(edge_rows, user_graph):
     """Edge rows in a Graph's user order, permuted into stored order (one tf.gather, whose
     gradient comes back in user order); rows in adjacency order (user_graph None) as they are."""
     ids = _user_ids(user_graph)
-    return edge_rows if ids is None else tf.gather(edge_rows, ids.csc)
+    return edge_rows if ids is None else tf.gather(_dense_gradient(edge_rows), ids.csc)
+
+
+def _dense_gradient(x):
+    """x, through a reshape whose gradient turns tf.gather's IndexedSlices into a tensor: the gradient a
+    caller gets back is a tensor, as the kernels' is, and a permutation's or a row gather's touches most rows."""
+    return None if x is None else tf.reshape(x, tf.shape(x))
 
 
 def _edge_weight(edge_data, num_edges, feature_shape, dtype):
-    """Edge weights as [E, W], where W is 1 or covers a prefix of the feature shape."""
+    """Edge weights as [E], or [E, W] where W covers a prefix of the feature shape."""
     if edge_data is None:
         raise ValueError("program src_mul_edge needs edge_data (per-edge weights); the graph has none")
     w = _float_tensor("edge_data", edge_data)
@@ -424,8 +435,9 @@ def _edge_weight(edge_data, num_edges, feature_shape, dtype):
     if w.shape.rank is None or prefix != feature_shape[:prefix.rank] or not prefix.is_fully_defined():
         raise ValueError(f"edge_data must be [E], or [E] + a prefix of the feature shape {feature_shape}, "
                          f"got shape {w.shape}")
-    blocks = int(np.prod(prefix.as_list(), dtype=np.int64))
-    return tf.reshape(tf.cast(w, dtype), [-1, blocks])
+    if prefix.rank == 0:
+        return tf.cast(w, dtype)  # [E]: the kernels take a scalar per edge as it is
+    return _rows(tf.cast(w, dtype), [int(np.prod(prefix.as_list(), dtype=np.int64))])
 
 
 def _edge_types(edge_data, num_edges, num_types):

@@ -4,7 +4,7 @@ They materialise every per-edge tensor, which is exactly what the compiled
 kernels avoid; tests compare the kernels against them, and they run in place
 of the kernels when the op library cannot be loaded. Arguments are already
 normalised by ngra_tf.ops.propagation: x_src is [Vs, F] ([Vs, K, F] for
-gates and type_select), x_dst [Vd, F] or None, weight [E, W] or None.
+gates and type_select), x_dst [Vd, F] or None, weight [E] or [E, W] or None.
 """
 
 import tensorflow as tf
@@ -94,6 +94,7 @@ def messages(src, dst, x_src, x_dst, weight, types, program):
         return s
     if program == "src_mul_edge":
         num_edges, width = tf.shape(s)[0], s.shape[-1]
+        weight = weight[:, None] if weight.shape.rank == 1 else weight
         blocks = weight.shape[-1]
         grouped = tf.reshape(s, [num_edges, blocks, width // blocks]) * weight[:, :, None]
         return tf.reshape(grouped, [num_edges, width])

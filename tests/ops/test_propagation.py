@@ -108,6 +108,22 @@ def test_chunk_uses_its_own_edge_data():
     np.testing.assert_allclose(fused_gather(chunk, x, program="src_mul_edge").numpy(), expected, rtol=1e-12)
 
 
+@pytest.mark.parametrize("owner", ["graph", "chunk"])
+def test_own_edge_data_is_captured_by_a_traced_function_not_embedded(owner):
+    """A graph's (or chunk's) own edge data reaches the op as the tensor it keeps: a tf.function captures it,
+    as it does the index arrays, rather than holding a copy of every weight as a constant. (TensorFlow embeds
+    a captured tensor of fewer than 128 elements anyway: every chunk here has more edges.)"""
+    rng = np.random.default_rng(6)
+    graph = random_graph(rng, 30, 1000, edge_data=rng.normal(size=1000))
+    target = graph if owner == "graph" else graph.partition(2).chunk(1, 0)
+    x = tf.constant(rng.normal(size=(target.adjacency.num_src, 3)))
+    traced = tf.function(lambda x: fused_gather(target, x, program="src_mul_edge"))
+    np.testing.assert_array_equal(traced(x).numpy(), fused_gather(target, x, program="src_mul_edge").numpy())
+    graph_def = traced.get_concrete_function(x).graph.as_graph_def()
+    sizes = [tf.make_ndarray(node.attr["value"].tensor).size for node in graph_def.node if node.op == "Const"]
+    assert max(sizes, default=0) < target.adjacency.num_edges, sizes
+
+
 # ---- cache-blocked walks (large gathered matrices) ----
 
 
