@@ -39,7 +39,7 @@ from ngra_tf.ops import generated, reference
 from ngra_tf.ops.edge_program import BINARY, LOADS, MAX_INSTRUCTIONS, OPCODES, UNARY, EdgeCode  # noqa: F401
 from ngra_tf.ops._loader import library
 from ngra_tf.ops.generated import CODE_REDUCES
-from ngra_tf.ops.propagation import graph_plan
+from ngra_tf.ops.propagation import empty_operand, graph_plan
 
 _TF_UNARY = {
     "neg": tf.negative, "abs": tf.abs, "square": tf.square, "sqrt": tf.sqrt, "rsqrt": tf.math.rsqrt, "exp": tf.exp,
@@ -86,7 +86,7 @@ def _operands(code: EdgeCode, x_dst, edge_data, edge_type, dtype):
     elif edge_type is not None:
         raise ValueError("the edge code has no typed load; pass edge_type=None")
     else:
-        edge_type = tf.zeros([0], tf.int32)
+        edge_type = empty_operand(tf.int32)
     return x_dst, edge_data, edge_type
 
 
@@ -125,7 +125,7 @@ def edge_code_gather(graph, code: EdgeCode, x_src, x_dst=None, edge_data=None, e
     else:
         out, aux = lib.ngra_edge_code(
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
-            *adjacency.tensors(), tf.zeros([0], dtype) if init is None else init, graph_plan(adjacency),
+            *adjacency.tensors(), empty_operand(dtype) if init is None else init, graph_plan(adjacency),
             reduce=reduce, **_kernels(code, dtype, adjacency.index_dtype, reduce), **code.attrs())
     return (out, aux) if return_aux else out
 
@@ -170,8 +170,8 @@ def edge_code_grads(graph, code: EdgeCode, grad, x_src, x_dst=None, edge_data=No
             out = _reference_result(adjacency, code, x_src, x_dst, edge_data, edge_type, reduce, aux, state)
         found = iter(tape.gradient(out, present, output_gradients=grad))
         return tuple(next(found) if code.reads(side) else None for side in ("src", "dst", "edge"))
-    args = [grad, tf.zeros([0], adjacency.index_dtype) if aux is None else aux,
-            tf.zeros([0], dtype) if state is None else state,
+    args = [grad, empty_operand(adjacency.index_dtype) if aux is None else aux,
+            empty_operand(dtype) if state is None else state,
             x_src, x_dst, edge_data, edge_type, tf.constant(code.constants, dtype), tf.constant(code.tables),
             *adjacency.tensors(), graph_plan(adjacency)]
     attrs = dict(reduce=reduce, **_kernels(code, dtype, adjacency.index_dtype, reduce), **code.attrs())
@@ -271,8 +271,8 @@ def _reference_gather(adjacency, code, x_src, x_dst, edge_data, edge_type, reduc
         width = code.width
         has = tf.math.unsorted_segment_sum(tf.ones_like(adjacency.dst), adjacency.dst, num_dst)[:, None] > 0
         m = tf.where(has, chunk[:, 2 * width:], tf.constant(-np.inf, chunk.dtype))
-        return tf.concat([chunk[:, :2 * width], m], 1), tf.zeros([0], adjacency.index_dtype)
-    return _merge_states(init, chunk, code.width), tf.zeros([0], adjacency.index_dtype)
+        return tf.concat([chunk[:, :2 * width], m], 1), empty_operand(adjacency.index_dtype)
+    return _merge_states(init, chunk, code.width), empty_operand(adjacency.index_dtype)
 
 
 def _merge_states(a, b, width):

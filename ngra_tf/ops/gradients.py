@@ -14,7 +14,7 @@ import tensorflow as tf
 
 from ngra_tf.ops._loader import library
 from ngra_tf.ops.edge_code import softmax_init_grad, src_walk_takes_dst
-from ngra_tf.ops.propagation import PROGRAMS
+from ngra_tf.ops.propagation import PROGRAMS, empty_operand
 
 
 def _attr(op, name):
@@ -62,7 +62,7 @@ def _gather_grad(op, grad, _):
 @tf.RegisterGradient("NgraScatter")
 def _scatter_grad(op, grad):
     x, indptr, edge_ids = op.inputs
-    d_x, _ = library().ngra_gather(grad, indptr, edge_ids, tf.zeros([0], grad.dtype), reduce="sum")
+    d_x, _ = library().ngra_gather(grad, indptr, edge_ids, empty_operand(grad.dtype), reduce="sum")
     d_x.set_shape(x.shape)
     return [d_x, None, None]
 
@@ -95,7 +95,7 @@ def _edge_code_grad(op, grad, _):
     skipped = _skipped(op)
     softmax = reduce == "softmax"
     operands = list(op.inputs)[:11]  # not init
-    state = op.outputs[0] if softmax else tf.zeros([0], grad.dtype)
+    state = op.outputs[0] if softmax else empty_operand(grad.dtype)
     args = [grad, op.outputs[1], state, *operands, op.inputs[-1]]  # and the plan
 
     loads = set(attrs["code"][0::4])  # opcodes: 0 source, 1 destination, 2 edge, 3 typed source

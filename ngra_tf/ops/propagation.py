@@ -100,8 +100,10 @@ def _compute_dtype(dtype):
     return tf.float32 if dtype in _WIDENED_DTYPES else dtype
 
 
-def _empty(dtype):
-    return tf.constant([], dtype)  # eagerly a fifth of tf.zeros' cost; in a graph the same constant
+def empty_operand(dtype):
+    """The empty tensor the ops take for an operand they do not read: a constant (eagerly a fifth of
+    tf.zeros' cost; in a graph the same Const)."""
+    return tf.constant([], dtype)
 
 
 def prepare_graph(tensors):
@@ -124,7 +126,7 @@ def graph_plan(adjacency):
     """The plan the fused ops take with adjacency's arrays: its prepared one (made once per Adjacency, or by
     the loader of a LoadedAdjacency), else an empty one (the ops then check the arrays themselves)."""
     plan = adjacency.plan(prepare_graph)
-    return _empty(tf.int8) if plan is None else plan
+    return empty_operand(tf.int8) if plan is None else plan
 
 
 def _num_dst(adjacency):
@@ -164,7 +166,7 @@ def scatter_side(graph, x, side):
         if side == "src":  # grouped by source: the CSR view
             out = lib.ngra_scatter(x, t.csr_indptr, t.csr_edge if ids is None else ids.csr)
         else:  # grouped by destination: CSC, where edge ids are positions
-            out = lib.ngra_scatter(x, t.csc_indptr, _empty(adjacency.index_dtype) if ids is None else ids.csc)
+            out = lib.ngra_scatter(x, t.csc_indptr, empty_operand(adjacency.index_dtype) if ids is None else ids.csc)
         out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
     return tf.cast(out, dtype)
 
@@ -219,8 +221,8 @@ def gather(graph, edge_values, reduce="sum", init=None, return_argedge=False):
     else:
         ids = _user_ids(user_graph)
         out, argedge = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
-                                       _empty(adjacency.index_dtype) if ids is None else ids.csc,
-                                       _empty(compute) if init is None else init, reduce=reduce)
+                                       empty_operand(adjacency.index_dtype) if ids is None else ids.csc,
+                                       empty_operand(compute) if init is None else init, reduce=reduce)
     out = tf.cast(out, dtype)
     return (out, argedge) if return_argedge else out
 
@@ -244,7 +246,7 @@ def gather_grad(graph, grad, reduce, argedge=None):
         out = reference.gather_grad(grad, edges.dst, reduce, argedge)
     else:
         t, ids = adjacency.tensors(), _user_ids(user_graph)
-        edge_ids = _empty(adjacency.index_dtype) if ids is None else ids.csc
+        edge_ids = empty_operand(adjacency.index_dtype) if ids is None else ids.csc
         if reduce in ("max", "min"):
             out = lib.ngra_gather_grad_arg(grad, argedge, t.csc_indptr, edge_ids)
         else:
@@ -293,11 +295,11 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
     else:
         out, argedge = lib.ngra_fused_gather(
             f.x_src,
-            _empty(compute) if f.x_dst is None else f.x_dst,
-            _empty(compute) if f.weight is None else f.weight,
-            _empty(tf.int32) if f.types is None else f.types,
+            empty_operand(compute) if f.x_dst is None else f.x_dst,
+            empty_operand(compute) if f.weight is None else f.weight,
+            empty_operand(tf.int32) if f.types is None else f.types,
             *adjacency.tensors(),
-            _empty(compute) if f.init is None else f.init,
+            empty_operand(compute) if f.init is None else f.init,
             graph_plan(adjacency),
             program=program,
             reduce=reduce,
@@ -338,9 +340,10 @@ def fused_gather_grads(graph, grad, x_src, x_dst=None, edge_data=None, program="
     else:
         spec = PROGRAMS[program]
         if argedge is None:
-            argedge = _empty(f.adjacency.index_dtype)
-        args = [grad, argedge, f.x_src, _empty(compute) if f.x_dst is None else f.x_dst,
-                _empty(compute) if f.weight is None else f.weight, _empty(tf.int32) if f.types is None else f.types,
+            argedge = empty_operand(f.adjacency.index_dtype)
+        args = [grad, argedge, f.x_src, empty_operand(compute) if f.x_dst is None else f.x_dst,
+                empty_operand(compute) if f.weight is None else f.weight,
+                empty_operand(tf.int32) if f.types is None else f.types,
                 *f.adjacency.tensors(), graph_plan(f.adjacency)]
         d_operands = [lib.ngra_fused_gather_grad(*args, program=program, reduce=reduce, wrt=name) if used else None
                       for name, used in (("x_src", True), ("x_dst", spec.uses_dst), ("edge_weight", spec.uses_weight))]
