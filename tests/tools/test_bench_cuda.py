@@ -321,7 +321,11 @@ def test_case_skips_a_gather_that_does_not_fit(fake_cupyx, capsys):
     ("ngra_bench_gate_code", "gate", r"G-GCN gate.*ngra edge code \(interp\.\)"),
     ("ngra_bench_gate_generated", "gate", r"G-GCN gate.*ngra edge code \(generated\)"),
 ])
-def test_case_check_catches_a_wrong_result(fake_cupyx, entry, passes, match):
+def test_case_check_catches_a_wrong_result(fake_cupyx, monkeypatch, entry, passes, match):
+    def no_nvrtc(width, arch):  # the gate's NVRTC module takes ~18 s to compile and is not what this checks
+        raise RuntimeError("not compiled in this test")
+
+    monkeypatch.setattr(bench_cuda, "gate_module", no_nvrtc)
     device = FakeDevice()
     lib = FakeLibrary(device)
     setattr(lib, entry, lambda handle, first, second, width, out: device.arrays[out].fill(0) or 0)
