@@ -60,15 +60,13 @@ def _resolve(graph):
     """(adjacency, its own edge data in adjacency order or None, the Graph if edges are in user order)."""
     if isinstance(graph, (Adjacency, LoadedAdjacency)):
         return graph, None, None
-    # Edge data as the tensor the graph or chunk keeps (made once, eagerly): a traced function captures it
-    # rather than embedding a copy, and an eager call does not convert it again.
-    if isinstance(graph, Graph):
-        return graph.adjacency, graph.edge_data_tensor(), graph
     adjacency = getattr(graph, "adjacency", None)
     if not isinstance(adjacency, (Adjacency, LoadedAdjacency)):
         raise TypeError(f"graph must be a Graph, a Chunk or an Adjacency, got {type(graph).__name__}")
+    # Edge data as the tensor a Graph or chunk keeps (made once, eagerly): a traced function captures it
+    # rather than embedding a copy, and an eager call does not convert it again.
     edge_data = graph.edge_data_tensor() if hasattr(graph, "edge_data_tensor") else getattr(graph, "edge_data", None)
-    return adjacency, edge_data, None
+    return adjacency, edge_data, graph if isinstance(graph, Graph) else None
 
 
 def _user_ids(user_graph):
