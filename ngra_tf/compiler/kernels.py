@@ -193,8 +193,13 @@ class LayerKernels:
         with tf.name_scope("ApplyVertex/Hoisted"):
             for t, value in zip(vertex, self.vertex_replay.evaluate(vertex, feeds)):
                 values["v:" + t.name] = value
-        # Sparse input rows that reach a chunk as they are (no matmul narrowed them) move densified.
-        return {key: densified(value) for key, value in values.items() if key in keys}
+        # Sparse input rows that reach a chunk as they are (no matmul narrowed them) move densified. Every
+        # value has x's rows, which a sparse-dense product's static shape loses (a traced function taking
+        # them would be traced again for sparse input).
+        values = {key: densified(value) for key, value in values.items() if key in keys}
+        for value in values.values():
+            value.set_shape(x.shape[:1].concatenate(value.shape[1:]))
+        return values
 
     # ---- a chunk ----
 

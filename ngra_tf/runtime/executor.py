@@ -280,19 +280,24 @@ class Executor:
                                                         self._host_rows(self.to_intervals(y), f"p{index}")]
         if self.whole:
             program, variables, weights = self._whole_stage(index, stage, xs[0], training)
-            sparse = isinstance(xs[0], tf.SparseTensor)
-            record = self.shared(("whole_forward", program.kernels.signature, training, sparse), program.forward,
-                                 {"y": xs[0], "layer": variables}, program.name + "_forward")
-            # ApplyVertex on all rows under a tape kept for backward, as the prologue: TensorFlow keeps its
-            # intermediates, where running it again in the backward function cost GG-NN a quarter of its step.
             k = program.kernels.bind(variables)
-            inputs = list(record["accumulated"]) + list(record["vertex_rows"])
+            # H and ApplyVertex on all rows under tapes kept for backward, as the prologue: TensorFlow keeps
+            # their intermediates, where running them again in the backward function cost GG-NN a quarter of
+            # its step (ApplyVertex) and GAT a second X W (H: its scores' gradient reads the projected rows).
+            with tf.GradientTape(persistent=True) as tape:
+                tape.watch(_dense(xs))
+                hoisted = k.hoist(xs[0])
+            hoist = {"tape": tape, "inputs": _dense(xs), "output": hoisted, "weights": k.weights}
+            record = self.shared(("whole_forward", program.kernels.signature, training), program.forward,
+                                 {"rows": {key: hoisted[key] for key in k.source_keys + k.dest_keys},
+                                  "layer": variables}, program.name + "_forward")
+            inputs = list(record["accumulated"]) + [hoisted[key] for key in k.vertex_keys]
             with tf.GradientTape(persistent=True) as tape:
                 tape.watch(inputs)
                 out = k.vertex(inputs[:len(k.reduces)], dict(zip(k.vertex_keys, inputs[len(k.reduces):])))
             vertex = {"tape": tape, "inputs": inputs, "output": out, "weights": k.weights}
-            return out, {"prologue": prologue, "program": program, "y": xs[0], "layer": variables,
-                         "record": record, "weights": weights, "vertex": vertex}
+            return out, {"prologue": prologue, "program": program, "layer": variables, "record": record,
+                         "weights": weights, "hoist": hoist, "vertex": vertex}
         program, variables, weights = self._blocked_stage(index, stage, xs, training)
         prefix = self.spill_prefix(f"L{index}_forward")
         args = {"prologue": variables["prologue"], "layer": variables["layer"], "inputs": _states(xs),
@@ -309,17 +314,20 @@ class Executor:
         if "program" in record:
             program = record["program"]
             if self.whole:
-                sparse = isinstance(record["y"], tf.SparseTensor)
-                vertex = record["vertex"]
+                hoist, vertex = record["hoist"], record["vertex"]
                 d_vertex = gradients(vertex["tape"], vertex["output"], vertex["inputs"] + vertex["weights"], d_out)
                 n, m = len(program.kernels.reduces), len(vertex["inputs"])
-                result = self.shared(("whole_backward", program.kernels.signature, training, sparse),
-                                     program.backward,
-                                     {"y": record["y"], "layer": record["layer"], "record": record["record"],
-                                      "d_accumulated": d_vertex[:n], "d_vertex": d_vertex[n:m]},
-                                     program.name + "_backward")
-                _add(grads, record["weights"], [a + b for a, b in zip(d_vertex[m:], result["d_weights"])])
-                d_out = result["d_y"]
+                result = self.shared(("whole_backward", program.kernels.signature, training), program.backward,
+                                     {"layer": record["layer"], "record": record["record"],
+                                      "d_accumulated": d_vertex[:n]}, program.name + "_backward")
+                d_hoisted = {**result["d_rows"], **dict(zip(program.kernels.vertex_keys, d_vertex[n:m]))}
+                keys = list(hoist["output"])
+                d_h = gradients(hoist["tape"], [hoist["output"][key] for key in keys],
+                                hoist["inputs"] + hoist["weights"], [d_hoisted[key] for key in keys])
+                i = len(hoist["inputs"])
+                _add(grads, record["weights"],
+                     [a + b + c for a, b, c in zip(d_vertex[m:], result["d_weights"], d_h[i:])])
+                d_out = d_h[0] if i else None  # (sparse features get no gradient)
             else:
                 prefix = self.spill_prefix(f"L{index}_backward")
                 args = {"prologue": record["variables"]["prologue"], "layer": record["variables"]["layer"],
@@ -352,7 +360,7 @@ class Executor:
 
     def _whole_stage(self, index, stage, y, training):
         kernels, loops = self.compiled(index, y, training)  # (its rows are checked against the graph's)
-        key = ("whole", kernels.signature, training, isinstance(y, tf.SparseTensor))
+        key = ("whole", kernels.signature, training)
         if key not in self._programs:
             self._programs[key] = WholeStage(self, kernels, loops, signature_name(stage, y.shape[1:], kernels))
         return self._programs[key], [tf_variable(v) for v in kernels.variables], _trainable(kernels.variables)

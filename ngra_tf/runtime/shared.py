@@ -27,13 +27,17 @@ class SharedFunctions:
     """tf.functions by signature key, traced by their first caller (see the module doc)."""
 
     def __init__(self):
-        self._functions = {}  # key -> (tf.function, where its outputs had TensorArrays)
+        self._functions = {}  # key -> (tf.function, its one trace, where its inputs and outputs had TensorArrays)
 
     def __len__(self):
         return len(self._functions)
 
     def keys(self):
         return list(self._functions)
+
+    def graph(self, key) -> tf.Graph:
+        """The graph `key`'s function was traced to: the ops every call of it runs."""
+        return self._functions[key][1].graph
 
     def __call__(self, key, body, args, name="Shared"):
         """body(args) through the function of `key` (traced from `body` the first time the key is seen, its ops
@@ -64,8 +68,8 @@ class SharedFunctions:
             if captured:
                 raise AssertionError(f"the loop {key[0]} captured {len(captured)} resource(s) of its first caller; "
                                      "a shared loop must take every variable as an argument")
-            entry = self._functions[key] = (function, in_dtypes, out_dtypes)
-        function, traced_dtypes, out_dtypes = entry
+            entry = self._functions[key] = (function, concrete, in_dtypes, out_dtypes)
+        function, _, traced_dtypes, out_dtypes = entry
         if traced_dtypes != in_dtypes:
             raise AssertionError(f"the loop {key[0]} was called with arguments unlike those it was traced with")
         return _arrays(out_dtypes["out"], function(tf.nest.map_structure(_opaque, _flows(args))))
