@@ -99,9 +99,23 @@ def _compute_dtype(dtype):
 
 
 def empty_operand(dtype):
-    """The empty tensor the ops take for an operand they do not read: a constant (eagerly a fifth of
-    tf.zeros' cost; in a graph the same Const)."""
-    return tf.constant([], dtype)
+    """The empty tensor the ops take for an operand they do not read: a constant in a graph, and eagerly one
+    made once per dtype (an eager call would otherwise convert up to four of them)."""
+    if not tf.executing_eagerly():
+        return tf.constant([], dtype)
+    empty = _EMPTY.get(dtype)
+    if empty is None:
+        empty = _EMPTY[dtype] = tf.constant([], dtype)
+    return empty
+
+
+_EMPTY = {}  # dtype -> an eager empty tensor
+
+
+def _cast(x, dtype):
+    """tf.cast, skipped where x is a tensor of that dtype already: eagerly, tf.cast's dispatch costs more
+    than the no-op cast itself."""
+    return x if isinstance(x, tf.Tensor) and x.dtype == dtype else tf.cast(x, dtype)
 
 
 def prepare_graph(tensors):
@@ -154,7 +168,7 @@ def scatter_side(graph, x, side):
     x = _float_tensor(name, x)
     _check_rows(name, x, rows, what)
     dtype = x.dtype
-    x = tf.cast(x, _compute_dtype(dtype))
+    x = _cast(x, _compute_dtype(dtype))
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph  # src, dst in the edge tensors' order
@@ -166,7 +180,7 @@ def scatter_side(graph, x, side):
         else:  # grouped by destination: CSC, where edge ids are positions
             out = lib.ngra_scatter(x, t.csc_indptr, empty_operand(adjacency.index_dtype) if ids is None else ids.csc)
         out.set_shape([adjacency.num_edges] + x.shape[1:].as_list())
-    return tf.cast(out, dtype)
+    return _cast(out, dtype)
 
 
 def _init_tensor(init, reduce, num_dst, feature_shape, dtype):
@@ -210,8 +224,8 @@ def gather(graph, edge_values, reduce="sum", init=None, return_argedge=False):
     dtype = values.dtype
     init = _init_tensor(init, reduce, adjacency.num_dst, values.shape[1:], dtype)
     compute = _compute_dtype(dtype)
-    values = tf.cast(values, compute)
-    init = None if init is None else tf.cast(init, compute)
+    values = _cast(values, compute)
+    init = None if init is None else _cast(init, compute)
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph  # dst in the edge tensors' order
@@ -221,7 +235,7 @@ def gather(graph, edge_values, reduce="sum", init=None, return_argedge=False):
         out, argedge = lib.ngra_gather(values, adjacency.tensors().csc_indptr,
                                        empty_operand(adjacency.index_dtype) if ids is None else ids.csc,
                                        empty_operand(compute) if init is None else init, reduce=reduce)
-    out = tf.cast(out, dtype)
+    out = _cast(out, dtype)
     return (out, argedge) if return_argedge else out
 
 
@@ -237,7 +251,7 @@ def gather_grad(graph, grad, reduce, argedge=None):
     adjacency, _, user_graph = _resolve(graph)
     grad = _float_tensor("grad", grad)
     dtype = grad.dtype
-    grad = tf.cast(grad, _compute_dtype(dtype))
+    grad = _cast(grad, _compute_dtype(dtype))
     lib = library()
     if lib is None:
         edges = adjacency if user_graph is None else user_graph
@@ -249,11 +263,11 @@ def gather_grad(graph, grad, reduce, argedge=None):
             out = lib.ngra_gather_grad_arg(grad, argedge, t.csc_indptr, edge_ids)
         else:
             if reduce == "mean":
-                degree = tf.cast(tf.maximum(t.csc_indptr[1:] - t.csc_indptr[:-1], 1), grad.dtype)
+                degree = _cast(tf.maximum(t.csc_indptr[1:] - t.csc_indptr[:-1], 1), grad.dtype)
                 grad = grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
             out = lib.ngra_scatter(grad, t.csc_indptr, edge_ids)
         out.set_shape([adjacency.num_edges] + grad.shape[1:].as_list())
-    return tf.cast(out, dtype)
+    return _cast(out, dtype)
 
 
 # A fused gather's operands as the kernels take them: x_src [V, (slots,) width] and x_dst [V, width] in
@@ -304,7 +318,7 @@ def fused_gather(graph, x_src, x_dst=None, edge_data=None, program="copy_src", r
         )
     if f.feature_shape.rank != 1:
         out = tf.reshape(out, [-1 if adjacency.num_dst is None else adjacency.num_dst] + f.feature_shape.as_list())
-    out = tf.cast(out, f.dtype)
+    out = _cast(out, f.dtype)
     return (out, argedge) if return_argedge else out
 
 
@@ -323,7 +337,7 @@ def fused_gather_grads(graph, grad, x_src, x_dst=None, edge_data=None, program="
         tape.watch([t for t in originals if t is not None and t.dtype.is_floating])
         f = _fused_operands(graph, originals[0], originals[1], originals[2], program, reduce, None)
     compute = f.x_src.dtype
-    grad = tf.reshape(tf.cast(_float_tensor("grad", grad), compute), [-1, f.x_src.shape[-1]])
+    grad = tf.reshape(_cast(_float_tensor("grad", grad), compute), [-1, f.x_src.shape[-1]])
     operands = [f.x_src, f.x_dst, f.weight]
     lib = library()
     if lib is None:
@@ -374,9 +388,9 @@ def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _O
         raise ValueError(f"x_src must have known feature dimensions, got shape {x_src.shape}")
     width = int(np.prod(feature_shape.as_list(), dtype=np.int64))
     init = _init_tensor(init, reduce, adjacency.num_dst, feature_shape, dtype)
-    x_src = _rows(tf.cast(x_src, compute), x_src.shape[1:1 + slot_axes].as_list() + [width])
+    x_src = _rows(_cast(x_src, compute), x_src.shape[1:1 + slot_axes].as_list() + [width])
     if init is not None:
-        init = _rows(tf.cast(init, compute), [width])
+        init = _rows(_cast(init, compute), [width])
 
     if spec.uses_dst:
         if x_dst is None:
@@ -387,7 +401,7 @@ def _fused_operands(graph, x_src, x_dst, edge_data, program, reduce, init) -> _O
         _check_rows("x_dst", x_dst, adjacency.num_dst, "destination vertex")
         if x_dst.shape[1:] != feature_shape:
             raise ValueError(f"x_dst must have features shaped {feature_shape} like x_src, got shape {x_dst.shape}")
-        x_dst = _rows(tf.cast(x_dst, compute), [width])
+        x_dst = _rows(_cast(x_dst, compute), [width])
     elif x_dst is not None:
         raise ValueError(f"program {program} does not read x_dst; pass x_dst=None")
 
@@ -437,8 +451,8 @@ def _edge_weight(edge_data, num_edges, feature_shape, dtype):
         raise ValueError(f"edge_data must be [E], or [E] + a prefix of the feature shape {feature_shape}, "
                          f"got shape {w.shape}")
     if prefix.rank == 0:
-        return tf.cast(w, dtype)  # [E]: the kernels take a scalar per edge as it is
-    return _rows(tf.cast(w, dtype), [int(np.prod(prefix.as_list(), dtype=np.int64))])
+        return _cast(w, dtype)  # [E]: the kernels take a scalar per edge as it is
+    return _rows(_cast(w, dtype), [int(np.prod(prefix.as_list(), dtype=np.int64))])
 
 
 def _edge_types(edge_data, num_edges, num_types):
@@ -459,8 +473,8 @@ def _edge_types(edge_data, num_edges, num_types):
         if bad.size:
             raise ValueError(f"edge_data holds type {int(bad[0])}, out of range for the {num_types} "
                              "type slots of x_src")
-        return tf.cast(types, tf.int32)
+        return _cast(types, tf.int32)
     in_range = tf.logical_and(tf.reduce_all(types >= 0), tf.reduce_all(types < num_types))
     check = tf.debugging.Assert(in_range, ["edge_data holds a type out of range for the type slots of x_src"])
     with tf.control_dependencies([check]):
-        return tf.cast(types, tf.int32)
+        return _cast(types, tf.int32)

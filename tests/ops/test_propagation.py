@@ -108,6 +108,16 @@ def test_chunk_uses_its_own_edge_data():
     np.testing.assert_allclose(fused_gather(chunk, x, program="src_mul_edge").numpy(), expected, rtol=1e-12)
 
 
+def test_an_empty_operand_is_made_once_eagerly_and_is_a_constant_in_a_graph():
+    from ngra_tf.ops.propagation import empty_operand
+
+    assert empty_operand(tf.float32) is empty_operand(tf.float32)  # an eager call converts none
+    assert empty_operand(tf.int32).dtype == tf.int32 and empty_operand(tf.int32).shape == [0]
+    traced = tf.function(lambda: empty_operand(tf.float32)).get_concrete_function()
+    assert traced.captured_inputs == []  # not the eager tensor, captured into the graph
+    assert [op.type for op in traced.graph.get_operations()].count("Const") == 1
+
+
 @pytest.mark.parametrize("owner", ["graph", "chunk"])
 def test_own_edge_data_is_captured_by_a_traced_function_not_embedded(owner):
     """A graph's (or chunk's) own edge data reaches the op as the tensor it keeps: a tf.function captures it,
