@@ -348,7 +348,7 @@ struct CodeSetting {
     std::vector<U> out = with_init ? d.init : std::vector<U>(n);
     U* init = with_init ? out.data() : nullptr;
     if (r == 4) {
-      CpuRun(csc_h, [&](int64_t first, int64_t last) { CodeSoftmax<U, Index>(csc_h, host.p, first, last, out.data(), init); });
+      CpuRun(csc_h, [&](int64_t first, int64_t last) { CodeSoftmax<U, Index>(csc_h, host.p, g.num_src, first, last, out.data(), init); });
       return out;
     }
     arg->assign(r >= 2 ? n : 0, Index(0));
