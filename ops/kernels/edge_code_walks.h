@@ -358,6 +358,13 @@ struct CodeForwardWalk {
   CodeRegisters<T>* regs;  // this thread's
   static constexpr int kParts = 1;
 
+  // The walk over x_src's num_src rows (read in order when csc has no indices), with this thread's registers.
+  static CodeForwardWalk Of(const Segments<Index>& csc, const EdgeCode<T>& p, const Code& code, int64_t num_src,
+                            CodeRegisters<T>* regs) {
+    const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
+    return {csc, p, code, csc.indices ? num_src : 0, per_row, SourceReads::Of(p), regs};
+  }
+
   NGRA_PREFETCH_INLINE void Prefetch(Index k, int64_t f0, int64_t n) const {
     const T* row = p.x_src + static_cast<int64_t>(csc.Row(k)) * p.src_width + f0;
     if (reads.count < 0) {
@@ -383,12 +390,10 @@ struct CodeForwardWalk {
 template <Reduce R, typename T, typename Index, typename Code = Interpreted<T>>
 void CodeGather(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_src, int64_t first, int64_t last,
                 T* out, Index* arg, const T* init) {
-  const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
   // Registers live on the heap, once per block: a 64 KiB stack array per edge costs page probes.
   auto* regs = new CodeRegisters<T>;
   const Code code(p);
-  const CodeForwardWalk<T, Index, Code> walk{csc, p, code, csc.indices ? num_src : 0, per_row,
-                                              SourceReads::Of(p), regs};
+  const auto walk = CodeForwardWalk<T, Index, Code>::Of(csc, p, code, num_src, regs);
   ReduceSegments<R>(walk, csc, 1, p.width, first, last, out, arg, init);
   delete regs;
 }
@@ -422,9 +427,7 @@ void CodeSoftmax(const Segments<Index>& csc, const EdgeCode<T>& p, int64_t num_s
   const int64_t width = p.width;
   auto* regs = new CodeRegisters<T>;
   const Code code(p);
-  const int64_t per_row = std::max<int64_t>(1, (p.src_width + p.width - 1) / std::max<int64_t>(p.width, 1));
-  const CodeForwardWalk<T, Index, Code> walk{csc, p, code, csc.indices ? num_src : 0, per_row,
-                                              SourceReads::Of(p), regs};
+  const auto walk = CodeForwardWalk<T, Index, Code>::Of(csc, p, code, num_src, regs);
   const bool prefetch = walk.gathered_rows * p.src_width * static_cast<int64_t>(sizeof(T)) > kBlockBytes;
   const Index prefetch_end = prefetch && last > first ? csc.Begin(last) : Index(0);  // the thread's range end
   for (int64_t v = first; v < last; ++v) {
