@@ -263,7 +263,7 @@ def gather_grad(graph, grad, reduce, argedge=None):
             out = lib.ngra_gather_grad_arg(grad, argedge, t.csc_indptr, edge_ids)
         else:
             if reduce == "mean":
-                degree = _cast(tf.maximum(t.csc_indptr[1:] - t.csc_indptr[:-1], 1), grad.dtype)
+                degree = tf.cast(tf.maximum(t.csc_indptr[1:] - t.csc_indptr[:-1], 1), grad.dtype)
                 grad = grad / tf.reshape(degree, [-1] + [1] * (grad.shape.rank - 1))
             out = lib.ngra_scatter(grad, t.csc_indptr, edge_ids)
         out.set_shape([adjacency.num_edges] + grad.shape[1:].as_list())
@@ -473,8 +473,8 @@ def _edge_types(edge_data, num_edges, num_types):
         if bad.size:
             raise ValueError(f"edge_data holds type {int(bad[0])}, out of range for the {num_types} "
                              "type slots of x_src")
-        return _cast(types, tf.int32)
+        return tf.cast(types, tf.int32)
     in_range = tf.logical_and(tf.reduce_all(types >= 0), tf.reduce_all(types < num_types))
     check = tf.debugging.Assert(in_range, ["edge_data holds a type out of range for the type slots of x_src"])
     with tf.control_dependencies([check]):
-        return _cast(types, tf.int32)
+        return tf.cast(types, tf.int32)
