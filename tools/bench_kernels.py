@@ -28,6 +28,7 @@ specialised kernel only where it is faster
 
 from __future__ import annotations
 
+import logging
 
 import numpy as np
 import scipy.sparse as sp
@@ -155,7 +156,30 @@ def run_case(label, graph, width, backward):
     print(f"  {'system':34s} {'median ms':>10s} {'eff. GB/s':>10s} {'best peer / this':>17s}")
     for name, t in times.items():
         print(f"  {name:34s} {t:10.2f} {gigabytes / (t / 1e3):10.1f} {best_peer / t:16.2f}x")
+    if not backward:
+        floors = {name: median_ms(fn, FLAGS.repeats) for name, fn in floor_calls(graph, x).items()}
+        print("  floors, not systems (what a call costs before any sum):")
+        for name, t in floors.items():
+            print(f"  {name:34s} {t:10.2f} {'':>10s} {'':>17s}")
     return times
+
+
+def floor_calls(graph, x):
+    """Calls that do part of A @ X's work, timed as the systems are: TensorFlow making a zeroed output of
+    A @ X's shape (an eager op's dispatch, allocation and fill: every eager TF op returning that tensor pays
+    it), and torch gathering one source row per output row with no arithmetic (memory traffic alone). Where
+    the graph is sparse these bound what any call can reach."""
+    shape = [graph.num_vertices, x.shape[1]]
+    calls = {"tf.zeros (the output alone)": lambda: tf.raw_ops.Empty(shape=shape, dtype=x.dtype, init=True)}
+    if FLAGS.torch:
+        try:
+            import torch  # noqa: PLC0415
+        except ImportError:
+            return calls
+        rows = torch.from_numpy(np.random.default_rng(0).integers(0, graph.num_vertices, graph.num_vertices))
+        tx = torch.from_numpy(x.numpy())
+        calls["torch.index_select (rows alone)"] = lambda: torch.index_select(tx, 0, rows)
+    return calls
 
 
 def program_cases(width):
@@ -264,8 +288,17 @@ def _program_times(forwards, args, n, width, rng):
     return alternated_ms(calls, FLAGS.repeats), results
 
 
+class _NoRetracingWarning(logging.Filter):
+    """Drops TensorFlow's retracing warning: every case makes its tf.functions anew and traces each once, which
+    TF counts as retracing one function (they share their code)."""
+
+    def filter(self, record):
+        return "triggered tf.function retracing" not in record.getMessage()
+
+
 def main(argv):
     del argv
+    tf.get_logger().addFilter(_NoRetracingWarning())
     if FLAGS.programs:
         run_programs(power_law_graph(FLAGS.reddit_vertices, FLAGS.reddit_edges, seed=0), FLAGS.width)
         return

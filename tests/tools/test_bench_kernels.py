@@ -1,4 +1,4 @@
-"""tools/bench_kernels.py runs end to end on its smallest case, checks every system, and plots."""
+"""tools/bench_kernels.py runs end to end on its smallest case, checks every system, times the floors, and plots."""
 
 import os
 import pathlib
@@ -22,6 +22,7 @@ def test_smallest_case_table_and_plot(tmp_path):
     for system in ("ngra fused_gather", "tf.sparse.sparse_dense_matmul", "scipy CSR @ dense"):
         assert system in rows, done.stdout
         assert float(rows[system].split()[-3]) > 0, rows[system]  # median ms
+    assert float(rows["tf.zeros (the output alone)"].split()[-1]) > 0, done.stdout  # a floor: its median alone
     assert_plot(done, plot)
 
 
