@@ -31,6 +31,8 @@ from timing import epoch_timer  # tools/, the script's own directory
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("depths", ["2", "16"], "Graph layers of the residual GCN, one run each.")
+flags.register_validator("depths", lambda values: all(v.isdigit() and int(v) >= 2 for v in values),
+                         message="takes whole numbers >= 2, the residual GCN's graph layers (e.g. 2,4,16)")
 flags.DEFINE_float("scale", 0.1, "reddit-small at this scale.", lower_bound=1e-4)
 flags.DEFINE_integer("chunks", 4, "P.", lower_bound=1)
 flags.DEFINE_integer("hidden", 64, "Hidden units.", lower_bound=1)

@@ -40,7 +40,7 @@ from ngra_tf.graph.synthetic import power_law_graph, uniform_graph
 from timing import alternated_ms, median_ms
 
 flags.DEFINE_list("densities", ["0.0001", "0.001", "0.01", "0.1"], "Densities of the 10K x 10K matrix.")
-flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the median is reported.")
+flags.DEFINE_integer("repeats", 7, "Timed runs per cell (after one warm-up); the median is reported.", lower_bound=1)
 flags.DEFINE_bool("reddit", True, "Also run the two reddit-small-like power-law graphs.")
 flags.DEFINE_bool("torch", True, "Include torch.sparse.mm when torch is installed.")
 flags.DEFINE_string("plot", None, "Write a PNG of the ratio table here (needs matplotlib).")
@@ -49,6 +49,18 @@ flags.DEFINE_integer("width", 128, "Features per row for --programs.", lower_bou
 flags.DEFINE_integer("reddit_vertices", 46_600, "Vertices of the reddit-small-like graph.", lower_bound=2)
 flags.DEFINE_integer("reddit_edges", 1_400_000, "Edges of the reddit-small-like graph.", lower_bound=1)
 FLAGS = flags.FLAGS
+
+
+def _is_density(value: str) -> bool:
+    try:
+        return 0 < float(value) <= 1
+    except ValueError:
+        return False
+
+
+flags.register_validator("densities", lambda values: all(_is_density(v) for v in values),
+                         message="takes numbers in (0, 1], the share of the 10K x 10K matrix's entries that are "
+                                 "edges (e.g. 0.0001,0.01)")
 
 NGRA = ("ngra fused_gather", "ngra fused_gather, eager", "ngra scatter-mul-gather")
 

@@ -47,3 +47,16 @@ def test_programs_table_compares_every_template_with_its_edge_code():
         ratios = [float(cells[3 * g + 2].strip().rstrip("x")) for g in range(groups)]
         assert min(times) > 0 and min(ratios) > 0, (name, cells)
         assert name in reads_dst or [cell.strip() for cell in cells[6:]] == ["-"] * 3, (name, cells)
+
+
+@pytest.mark.parametrize("flag, message", [
+    ("--densities=0.01,abc", "flag --densities=['0.01', 'abc']: takes numbers in (0, 1]"),
+    ("--densities=2", "flag --densities=['2']: takes numbers in (0, 1]"),
+    ("--repeats=0", "flag --repeats=0: 0 is not a positive integer"),
+], ids=["not-a-number", "above-one", "no-repeats"])
+def test_bad_flags_give_one_error_line_and_no_traceback(flag, message):
+    done = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_kernels.py"), flag], capture_output=True,
+                          text=True, timeout=120, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2"), cwd=ROOT)
+    assert done.returncode == 1, done.stderr[-3000:]
+    assert message in done.stderr and "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert "A @ X" not in done.stdout
