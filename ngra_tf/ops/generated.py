@@ -21,7 +21,8 @@ call's, so a stale file runs the interpreter rather than wrong code.
 
 Libraries are cached in NGRA_TF_KERNEL_CACHE (default
 ~/.cache/ngra_tf/kernels), keyed by a hash of the source, the compiler's
-version, the flags and the kernel headers. Two processes compiling the same
+version, the flags, the CPU that -march=native stands for and the kernel
+headers. Two processes compiling the same
 program each write a file of their own and rename it into place, so a reader
 only ever sees a whole library. Without a compiler, or when compiling fails,
 the interpreter runs and `status()` says why in one line.
@@ -33,6 +34,7 @@ import functools
 import hashlib
 import json
 import os
+import platform
 import shutil
 import subprocess
 import tempfile
@@ -739,6 +741,19 @@ def _include_root():
     return None
 
 
+def _native_cpu() -> bytes:
+    """The CPU that -march=native compiles for, as the kernel names it (vendor, family, model, ISA flags). It
+    keys the cache with the rest: a cache shared by machines with different CPUs (a home directory on NFS) must
+    not hand one machine's library to another, whose CPU may lack its instructions (a crash, not an error)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            first = f.read().split("\n\n", 1)[0]  # the first processor's entry
+    except OSError:
+        return f"{platform.machine()} {platform.processor()}".encode()
+    wanted = ("vendor_id", "cpu family", "model", "flags")
+    return "\n".join(line for line in first.splitlines() if line.split(":")[0].strip() in wanted).encode()
+
+
 @functools.lru_cache(maxsize=None)
 def toolchain():
     """(compiler, flags, include root, fingerprint), or a one-line reason string when there is none."""
@@ -761,6 +776,8 @@ def toolchain():
     except (OSError, subprocess.SubprocessError) as error:
         return f"the C++ compiler {found} does not run ({error})"
     digest = hashlib.sha256(version.encode() + json.dumps(flags).encode())
+    if any("native" in flag for flag in flags):
+        digest.update(_native_cpu())
     for header in _HEADERS:
         with open(os.path.join(root, "ops", "kernels", header), "rb") as f:
             digest.update(f.read())

@@ -379,6 +379,24 @@ def test_a_failed_compile_warns_once_and_interprets(monkeypatch, tmp_path):
         generated._library.cache_clear()
 
 
+def test_the_cache_key_names_the_cpu_that_native_code_was_built_for(monkeypatch):
+    """Code built with -march=native on one CPU may not run on another (an illegal instruction kills the
+    process): a cache two machines share (a home directory on NFS) keeps a library for each CPU."""
+    tools = generated.toolchain()
+    native = any("native" in flag for flag in tools[1])
+    monkeypatch.setattr(generated, "_native_cpu", lambda: b"vendor_id\t: OtherVendor\nflags\t\t: fpu sse2")
+    generated.toolchain.cache_clear()
+    try:
+        other = generated.toolchain()
+    finally:
+        monkeypatch.undo()
+        generated.toolchain.cache_clear()
+    assert other[:3] == tools[:3]
+    assert (other[3] != tools[3]) == native  # without -march=native the flags name the target already
+    assert generated.toolchain() == tools
+    assert b"flags" in generated._native_cpu()
+
+
 def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
     """A kernel attribute naming a missing file, or another program's library, gives the interpreter's result."""
     code, graph, x = _simple()
