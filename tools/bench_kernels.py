@@ -5,7 +5,12 @@ dense 10,000 x 128 float32 matrix; then two power-law graphs shaped like
 NGra's reddit-small (46.6K vertices, 1.4M edges) at d = 128 and d = 602,
 forward and forward + backward (the gradient w.r.t. X). Every system runs in
 the same process on the same data; the table reports medians, effective
-bandwidth and the ratio of the best peer's time to each system's. The TF-based
+bandwidth and the ratio of the best peer's time to each system's. Each
+system's calls run back to back, its data warm in cache as a repeated call
+finds it (alternating the systems round by round doubled every time at the
+low densities, the caches then cold for all alike). Under each forward
+table, two floors, not systems: TensorFlow returning a zeroed output of that
+shape, and torch copying one source row into each output row. The TF-based
 systems run inside a tf.function, one call per timed run; fused_gather's
 forward is also called eagerly ("eager"), as torch's and scipy's calls are,
 which leaves out TensorFlow's function-call cost (~0.2 ms on 2 cores).
