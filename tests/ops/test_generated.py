@@ -7,6 +7,7 @@ import pathlib
 import subprocess
 import sys
 import textwrap
+import warnings
 
 import numpy as np
 import pytest
@@ -395,6 +396,30 @@ def test_the_cache_key_names_the_cpu_that_native_code_was_built_for(monkeypatch)
     assert (other[3] != tools[3]) == native  # without -march=native the flags name the target already
     assert generated.toolchain() == tools
     assert b"flags" in generated._native_cpu()
+
+
+def test_a_cache_directory_that_cannot_be_made_warns_once_names_it_and_interprets(monkeypatch, tmp_path):
+    code, graph, x = _simple()
+    want = ec.edge_code_gather(graph.adjacency, code, x, x)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    cache = blocker / "kernels"  # under a file: cannot be made
+    monkeypatch.setenv(generated.CACHE_ENV, str(cache))
+    monkeypatch.setattr(generated, "_failure", None)
+    generated._library.cache_clear()
+    why = f"cannot build in {cache} ("
+    try:
+        with pytest.warns(RuntimeWarning) as caught:
+            assert generated.library_for(code, tf.float32, tf.int32, "sum") == ""
+        assert len(caught) == 1 and why in str(caught[0].message)
+        assert f"set {generated.CACHE_ENV} to a writable directory" in str(caught[0].message)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # the same program again: no second warning
+            assert generated.library_for(code, tf.float32, tf.int32, "sum") == ""
+        assert generated.status().startswith(f"interpreted: {why}")
+        np.testing.assert_allclose(ec.edge_code_gather(graph.adjacency, code, x, x), want, rtol=1e-6)
+    finally:
+        generated._library.cache_clear()
 
 
 def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
