@@ -742,7 +742,7 @@ def _include_root():
 
 
 def _native_cpu() -> bytes:
-    """The CPU that -march=native compiles for, as the kernel names it (vendor, family, model, ISA flags). It
+    """The CPU that -march=native compiles for, as Linux names it (vendor, family, model, ISA flags). It
     keys the cache with the rest: a cache shared by machines with different CPUs (a home directory on NFS) must
     not hand one machine's library to another, whose CPU may lack its instructions (a crash, not an error)."""
     try:
@@ -750,7 +750,8 @@ def _native_cpu() -> bytes:
             first = f.read().split("\n\n", 1)[0]  # the first processor's entry
     except OSError:
         return f"{platform.machine()} {platform.processor()}".encode()
-    wanted = ("vendor_id", "cpu family", "model", "flags")
+    wanted = ("vendor_id", "cpu family", "model", "flags",  # x86; then Arm's names for the same
+              "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "Features")
     return "\n".join(line for line in first.splitlines() if line.split(":")[0].strip() in wanted).encode()
 
 

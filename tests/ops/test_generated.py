@@ -395,7 +395,7 @@ def test_the_cache_key_names_the_cpu_that_native_code_was_built_for(monkeypatch)
     assert other[:3] == tools[:3]
     assert (other[3] != tools[3]) == native  # without -march=native the flags name the target already
     assert generated.toolchain() == tools
-    assert b"flags" in generated._native_cpu()
+    assert generated._native_cpu().strip()  # this machine's CPU, named
 
 
 def test_a_cache_directory_that_cannot_be_made_warns_once_names_it_and_interprets(monkeypatch, tmp_path):
