@@ -158,7 +158,8 @@ constexpr double kSeluScale = 1.0507009873554804934193349852946;
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 
 NGRA_UNARY(kNeg, -a, -gy)
-NGRA_UNARY(kAbs, MathAbs(a), a > T(0) ? gy : (a < T(0) ? -gy : T(0)))
+// TensorFlow's gy * sign(a): NaN for an infinite gy at a = 0, and for a NaN a (a * 0 keeps it).
+NGRA_UNARY(kAbs, MathAbs(a), gy * (a > T(0) ? T(1) : (a < T(0) ? T(-1) : a * T(0))))
 NGRA_UNARY(kSquare, a * a, T(2) * a * gy)
 NGRA_UNARY(kSqrt, MathSqrt(a), gy * T(0.5) / y)
 NGRA_UNARY(kRsqrt, T(1) / MathSqrt(a), gy * T(-0.5) * y * y * y)

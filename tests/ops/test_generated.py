@@ -249,20 +249,24 @@ def test_tiles_summed_over_a_segment_equal_the_interpreter_and_the_unfused_path(
             _close(got, unfused, f"{name}, {label}: generated vs the unfused path", tol)
 
 
-@pytest.mark.parametrize("op", ["relu", "maximum", "minimum"])
+@pytest.mark.parametrize("op", ["relu", "maximum", "minimum", "abs"])
 def test_adjoints_that_do_not_pass_treat_an_infinite_upstream_as_tensorflow_does(op):
-    """Where their condition fails, maximum's and minimum's adjoints send +0 (TensorFlow's where) and relu's
-    sends gy * 0 (TensorFlow's ReluGrad multiplies: NaN for an infinite gy). Upstream values of +-inf and NaN,
-    through the generated walks, the interpreter and the unfused path."""
+    """Where their condition fails, maximum's and minimum's adjoints send +0 (TensorFlow's where), relu's
+    sends gy * 0 (TensorFlow's ReluGrad multiplies: NaN for an infinite gy) and abs's gy * sign(x) (NaN for an
+    infinite gy at x = 0, which the operands here hit: a tenth of their entries are 0). Upstream values of +-inf
+    and NaN, through the generated walks, the interpreter and the unfused path."""
     rng = np.random.default_rng(5)
     width = 130
     graph = _graph(rng)
     f = np.arange(width, dtype=np.int32)
     a, c, b = ("load_src", 0, 0, -1), ("load_src", 1, 0, -1), ("load_dst", 0, 0, -1)
-    first = (("add", 0, 2, -1), ("relu", 3, 0, -1)) if op == "relu" else ((op, 0, 2, -1), ("neg", 3, 0, -1))
+    first = (("add", 0, 2, -1), (op, 3, 0, -1)) if op in ("relu", "abs") else ((op, 0, 2, -1), ("neg", 3, 0, -1))
     code = ec.EdgeCode((a, c, b, *first, ("mul", 4, 1, -1)), (), np.stack([f, width + f]), 5)
-    operands = (tf.constant(rng.normal(size=(graph.num_vertices, 2 * width)), tf.float32),
-                tf.constant(rng.normal(size=(graph.num_vertices, width)), tf.float32), None, None)
+
+    def normal(*shape):  # with exact zeros: a + b is then 0 where both are
+        return tf.constant(np.where(rng.random(shape) < 0.3, 0.0, rng.normal(size=shape)), tf.float32)
+
+    operands = (normal(graph.num_vertices, 2 * width), normal(graph.num_vertices, width), None, None)
     special = rng.choice([np.inf, -np.inf, np.nan, 1.0], size=(graph.num_vertices, width), p=[0.04, 0.04, 0.02, 0.9])
     upstream = tf.constant(special * rng.normal(size=special.shape) ** 2, tf.float32)
     fast = _run(graph.adjacency, code, operands, "sum", lambda _: upstream, "1", src_and_dst=False)
