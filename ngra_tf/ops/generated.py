@@ -22,14 +22,16 @@ call's, so a stale file runs the interpreter rather than wrong code.
 Libraries are cached in NGRA_TF_KERNEL_CACHE (default
 ~/.cache/ngra_tf/kernels), keyed by a hash of the source, the compiler's
 version, the flags, the CPU that -march=native stands for and the kernel
-headers. Two processes compiling the same
-program each write a file of their own and rename it into place, so a reader
-only ever sees a whole library. Without a compiler, or when compiling fails,
-the interpreter runs and `status()` says why in one line.
+headers. Two processes compiling the same program each write a file of their
+own and rename it into place, so a reader only ever sees a whole library; a
+file that the op library would not load (cut short, overwritten, another
+program's) is compiled again, with a warning. Without a compiler, or when
+compiling fails, the interpreter runs and `status()` says why in one line.
 """
 
 from __future__ import annotations
 
+import ctypes
 import functools
 import hashlib
 import json
@@ -811,14 +813,15 @@ def status() -> str:
                    lambda tools: f"generated C++ ({os.path.basename(tools[0])}, cached in {cache_dir()})")
 
 
-def _build_once(path: str, build) -> str:
-    """The cache file `path`, built by build(scratch directory) -> the built file unless it is there: one build at
-    a time in a process; across processes os.replace decides, so a reader only ever sees a whole file. Raises
-    OSError, SubprocessError or RuntimeError."""
-    if os.path.isfile(path):
+def _build_once(path: str, build, whole=os.path.isfile) -> str:
+    """The cache file `path`, built by build(scratch directory) -> the built file unless whole(path) (it is
+    there, and a library loads and is the program's: a damaged one is built again, not interpreted around on
+    every run): one build at a time in a process; across processes os.replace decides, so a reader only ever
+    sees a whole file. Raises OSError, SubprocessError or RuntimeError."""
+    if whole(path):
         return path
     with _lock:
-        if os.path.isfile(path):
+        if whole(path):
             return path
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
@@ -828,12 +831,43 @@ def _build_once(path: str, build) -> str:
     return path
 
 
+def _loads(path: str, signature_: str) -> bool:
+    """Whether the edge-code kernels would run the library at `path`, by the op library's own check
+    (LoadGeneratedCode, ops/cc/generated_code.cc: whole, loads, exports `signature_`). A file there that fails
+    it (cut short, overwritten, another program's) is built again, with a warning that says what was wrong."""
+    if not os.path.isfile(path):
+        return False
+    check = _load_check()
+    if check is None:  # no op library: no kernel loads the file
+        return True
+    why = ctypes.create_string_buffer(1024)
+    if check(path.encode(), signature_.encode(), why, len(why)) == 0:
+        return True
+    warnings.warn(f"ngra_tf: {why.value.decode(errors='replace')}; compiling it again", RuntimeWarning,
+                  stacklevel=2)
+    return False
+
+
+@functools.lru_cache(maxsize=None)
+def _load_check():
+    """The op library's ngra_generated_code_problem, or None without the op library."""
+    from ngra_tf.ops import _loader  # noqa: PLC0415  (TensorFlow's: this module loads without it, by path)
+
+    path = _loader.library_path()
+    if path is None:
+        return None
+    check = ctypes.CDLL(path).ngra_generated_code_problem
+    check.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+    check.restype = ctypes.c_int
+    return check
+
+
 def _unwritable(directory, error) -> str:
     return f"cannot build in {directory} ({error}); set {CACHE_ENV} to a writable directory"
 
 
 @functools.lru_cache(maxsize=None)
-def _library(key_source: str) -> str:
+def _library(key_source: str, signature_: str) -> str:
     global _failure
     tools = toolchain()
     if isinstance(tools, str):
@@ -853,7 +887,8 @@ def _library(key_source: str) -> str:
         return out
 
     try:
-        return _build_once(os.path.join(cache_dir(), f"edge_code_{key}.so"), build)
+        return _build_once(os.path.join(cache_dir(), f"edge_code_{key}.so"), build,
+                           lambda path: _loads(path, signature_))
     except (OSError, subprocess.SubprocessError, RuntimeError) as error:
         _failure = str(error) if isinstance(error, RuntimeError) else _unwritable(cache_dir(), error)
         warnings.warn(f"ngra_tf: {_failure}; the edge-code interpreter runs instead", RuntimeWarning, stacklevel=4)
@@ -873,7 +908,8 @@ def library_for(code, dtype, index_dtype, reduce: str) -> str:
     """The path of the program's generated library ("" to interpret): built on first use, then cached."""
     if not enabled():
         return ""
-    return _library(source(code, _name(dtype), _name(index_dtype), reduce))
+    names = _name(dtype), _name(index_dtype), reduce
+    return _library(source(code, *names), signature(code, *names))
 
 
 # ---- the GPU's generated kernels: NVRTC, cached like the libraries ----

@@ -27,12 +27,17 @@ struct GeneratedCode {
   using Grad = void (*)(const void* call, int side, int64_t first, int64_t last);
   Forward forward = nullptr;
   Grad grad = nullptr;
-  std::string tables;  // one of c / u / g per table
+  std::string tables;     // one of c / u / g per table
+  std::string signature;  // what it was generated for: a later caller with another is refused, as the first was
 };
 
-// The library at `path` if it loads and was generated for `signature`; else
-// null, with the reason in *why (logged once per path by the caller). Loaded
-// libraries stay loaded for the process (kernels may hold their functions).
+// The library at `path` if it is whole, loads and was generated for
+// `signature`; else null, with the reason in *why (logged once per path by the
+// caller). Loaded libraries stay loaded for the process (kernels may hold their
+// functions). The op library exports the same check to Python as
+// ngra_generated_code_problem(path, signature, why, why_size): nonzero, with
+// the reason, where a kernel would not load the library, which is then built
+// again.
 const GeneratedCode* LoadGeneratedCode(const std::string& path, const std::string& signature, std::string* why);
 
 }  // namespace ngra

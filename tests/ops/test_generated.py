@@ -427,16 +427,46 @@ def test_a_cache_directory_that_cannot_be_made_warns_once_names_it_and_interpret
 
 
 def test_a_library_that_does_not_fit_runs_the_interpreter(tmp_path):
-    """A kernel attribute naming a missing file, or another program's library, gives the interpreter's result."""
+    """A kernel attribute naming a missing file, another program's library, or a library cut short (whose
+    mapping past its end would kill the process with SIGBUS) gives the interpreter's result."""
     code, graph, x = _simple()
     lib = ngra_tf.ops.library()
     other = ec.EdgeCode(code.instructions[:3], (), code.tables, 2)
     args = [x, x, tf.zeros([0, 0]), tf.zeros([0], tf.int32), tf.zeros([0]), tf.constant(code.tables),
             *graph.adjacency.tensors(), tf.zeros([0]), tf.zeros([0], tf.int8)]
     want = lib.ngra_edge_code(*args, reduce="sum", kernel="", **code.attrs())[0]
-    for kernel in (str(tmp_path / "missing.so"), generated.library_for(other, tf.float32, tf.int32, "sum")):
+    whole = pathlib.Path(generated.library_for(code, tf.float32, tf.int32, "sum")).read_bytes()
+    cut = tmp_path / "cut.so"
+    cut.write_bytes(whole[:len(whole) // 2])
+    for kernel in (str(tmp_path / "missing.so"), generated.library_for(other, tf.float32, tf.int32, "sum"),
+                   str(cut)):
         got = lib.ngra_edge_code(*args, reduce="sum", kernel=kernel, **code.attrs())[0]
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("damage", ["cut short", "overwritten", "another program's"])
+def test_a_damaged_library_in_the_cache_is_compiled_again_with_a_warning(monkeypatch, tmp_path, damage):
+    code, graph, x = _simple()
+    monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
+    generated._library.cache_clear()
+    try:
+        path = pathlib.Path(generated.library_for(code, tf.float32, tf.int32, "sum"))
+        other = ec.EdgeCode(code.instructions[:3], (), code.tables, 2)
+        bad = {"cut short": lambda: path.read_bytes()[:path.stat().st_size // 2], "overwritten": lambda: b"junk",
+               "another program's": lambda: pathlib.Path(generated.library_for(other, tf.float32, tf.int32,
+                                                                                 "sum")).read_bytes()}[damage]()
+        path.write_bytes(bad)
+        generated._library.cache_clear()
+        with pytest.warns(RuntimeWarning, match="compiling it again") as caught:
+            assert generated.library_for(code, tf.float32, tf.int32, "sum") == str(path)
+        assert str(path) in str(caught[0].message)
+        assert path.read_bytes() != bad
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # whole again: used as it is
+            generated._library.cache_clear()
+            assert generated.library_for(code, tf.float32, tf.int32, "sum") == str(path)
+    finally:
+        generated._library.cache_clear()
 
 
 @pytest.mark.slow
