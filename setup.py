@@ -11,6 +11,7 @@ picks the GPU architectures (see tools/build_cuda.py).
 """
 import concurrent.futures
 import glob
+import importlib.util
 import json
 import os
 import shutil
@@ -25,6 +26,14 @@ LISTEN_LIBRARY = "ngra_tf.parallel._listen_on"
 # The op sources whose kernel templates take most of the build (92, 69 and 49 s of a 2-core AMD EPYC's 305).
 HEAVY_SOURCES = ["ops/cc/fused_gather_kernels.cc", "ops/cc/fused_gather_grad_kernels.cc",
                  "ops/cc/edge_code_kernels.cc"]
+
+
+def _cpu_module():
+    """ngra_tf/ops/cpu.py, loaded by path: the package cannot be imported while it is being built."""
+    spec = importlib.util.spec_from_file_location("ngra_tf_ops_cpu", os.path.join("ngra_tf", "ops", "cpu.py"))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _tf_flags():
@@ -148,9 +157,12 @@ class BuildTfOps(build_ext):
         compiler = shutil.which(self.compiler.compiler_cxx[0]) or self.compiler.compiler_cxx[0]
         # An editable build copies only the libraries into the source tree: write the record there itself.
         package = self.get_finalized_command("build_py").get_package_dir("ngra_tf.ops")
+        record = {"cxx": compiler, "flags": flags, "cuda": cuda}
+        if "-march=native" in flags:  # the loader refuses a CPU that lacks any of these (ngra_tf/ops/cpu.py)
+            record["instruction_sets"] = sorted(_cpu_module().instruction_sets())
         for place in {directory, os.path.abspath(package)} if editable else {directory}:
             with open(os.path.join(place, "_ngra_ops.json"), "w") as f:
-                json.dump({"cxx": compiler, "flags": flags, "cuda": cuda}, f, indent=1)
+                json.dump(record, f, indent=1)
         if not editable:  # the headers generated code compiles against: C++ (kernels) and CUDA (NVRTC)
             for folder in ("kernels", "cuda"):
                 include = os.path.join(directory, "include", "ops", folder)

@@ -36,7 +36,6 @@ import functools
 import hashlib
 import json
 import os
-import platform
 import shutil
 import subprocess
 import tempfile
@@ -744,17 +743,12 @@ def _include_root():
 
 
 def _native_cpu() -> bytes:
-    """The CPU that -march=native compiles for, as Linux names it (vendor, family, model, ISA flags). It
-    keys the cache with the rest: a cache shared by machines with different CPUs (a home directory on NFS) must
-    not hand one machine's library to another, whose CPU may lack its instructions (a crash, not an error)."""
-    try:
-        with open("/proc/cpuinfo") as f:
-            first = f.read().split("\n\n", 1)[0]  # the first processor's entry
-    except OSError:
-        return f"{platform.machine()} {platform.processor()}".encode()
-    wanted = ("vendor_id", "cpu family", "model", "flags",  # x86; then Arm's names for the same
-              "CPU implementer", "CPU architecture", "CPU variant", "CPU part", "Features")
-    return "\n".join(line for line in first.splitlines() if line.split(":")[0].strip() in wanted).encode()
+    """The CPU that -march=native compiles for (ngra_tf/ops/cpu.py): it keys the cache with the rest, so that a
+    cache shared by machines with different CPUs (a home directory on NFS) does not hand one machine's library
+    to another, whose CPU may lack its instructions (a crash, not an error)."""
+    from ngra_tf.ops import cpu  # noqa: PLC0415  (generated code for the CPU runs where ngra_tf imports)
+
+    return cpu.identity().encode()
 
 
 @functools.lru_cache(maxsize=None)

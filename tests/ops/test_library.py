@@ -1,14 +1,16 @@
-"""The op library loads; without it the package warns once and falls back to
-the pure-TF references."""
+"""The op library loads; without it, or built for a CPU with instructions this one lacks, the package
+warns once and falls back to the pure-TF references."""
 
+import json
 import pathlib
+import shutil
 import subprocess
 import sys
 
 import pytest
 
 import ngra_tf
-from ngra_tf.ops import generated
+from ngra_tf.ops import cpu, generated
 from ngra_testlib import subprocess_env
 
 WORKER = pathlib.Path(__file__).with_name("fallback_worker.py")
@@ -63,3 +65,36 @@ def test_the_segment_walks_keep_their_prefetches(walk, tmp_path):
                             text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     assert "prefetch" in result.stdout, f"the {walk} walk compiles without a single prefetch"
+
+
+@pytest.mark.parametrize("built_for", ["this CPU", "a CPU with more"])
+def test_a_library_built_for_a_cpu_with_more_instructions_is_refused_in_one_warning(tmp_path, built_for):
+    """-march=native code on a CPU without its instructions would stop the process at the first one (SIGILL):
+    the loader reads the instruction sets recorded beside the library and falls back to the references."""
+    built = pathlib.Path(ngra_tf.ops.library_path())
+    record = json.loads(built.with_suffix(".json").read_text())
+    if "-march=native" not in record["flags"]:
+        pytest.skip("a portable build records no CPU")
+    shutil.copy(built, tmp_path / "ops.so")
+    if built_for == "a CPU with more":
+        record["instruction_sets"] = sorted(record["instruction_sets"] + ["avx1024_imaginary"])
+    (tmp_path / "ops.json").write_text(json.dumps(record))
+    script = ("import warnings; warnings.simplefilter('always'); import ngra_tf; "
+              "print('LOADED', ngra_tf.ops.library() is not None)")
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env=subprocess_env(NGRA_TF_OPS_LIBRARY=str(tmp_path / "ops.so")))
+    assert result.returncode == 0, result.stderr[-3000:]
+    refused = built_for == "a CPU with more"
+    assert f"LOADED {not refused}" in result.stdout, result.stdout + result.stderr[-3000:]
+    warned = [line for line in result.stderr.splitlines() if "instructions this one lacks" in line]
+    assert len(warned) == int(refused), result.stderr[-3000:]
+    if refused:
+        assert "(avx1024_imaginary)" in warned[0] and "NGRA_TF_PORTABLE=1" in warned[0], warned[0]
+
+
+def test_only_instruction_sets_count_as_what_a_cpu_can_run():
+    """Flags that describe the machine (a hypervisor, a constant TSC) differ between hosts that run the same
+    code: they are not instruction sets."""
+    sets = cpu.instruction_sets()
+    assert sets, "Linux names this CPU's instruction sets"
+    assert not sets & {"hypervisor", "constant_tsc", "fpu", "xsaves", "xsaveerptr"}
