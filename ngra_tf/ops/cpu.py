@@ -8,6 +8,7 @@ library only: setup.py loads this file by path, before the package can be import
 
 from __future__ import annotations
 
+import functools
 import platform
 import re
 
@@ -19,17 +20,20 @@ _X86_INSTRUCTIONS = re.compile(r"(avx|sse|ssse3|fma|f16c|bmi|adx|aes|pclmulqdq|v
                                r"popcnt|abm|lzcnt|cx16|amx)")
 
 
+@functools.lru_cache(maxsize=None)
 def _first_processor() -> dict:
-    """The first processor's fields in /proc/cpuinfo ({} where there is none)."""
+    """The first processor's fields in /proc/cpuinfo ({} where there is none), read once: the file holds an
+    entry per core, and only the first is wanted."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as f:
-            first = f.read().split("\n\n", 1)[0]
+            for line in f:
+                if not line.strip():
+                    break
+                name, _, value = line.partition(":")
+                fields[name.strip()] = value.strip()
     except OSError:
         return {}
-    fields = {}
-    for line in first.splitlines():
-        name, _, value = line.partition(":")
-        fields[name.strip()] = value.strip()
     return fields
 
 

@@ -742,15 +742,6 @@ def _include_root():
     return None
 
 
-def _native_cpu() -> bytes:
-    """The CPU that -march=native compiles for (ngra_tf/ops/cpu.py): it keys the cache with the rest, so that a
-    cache shared by machines with different CPUs (a home directory on NFS) does not hand one machine's library
-    to another, whose CPU may lack its instructions (a crash, not an error)."""
-    from ngra_tf.ops import cpu  # noqa: PLC0415  (generated code for the CPU runs where ngra_tf imports)
-
-    return cpu.identity().encode()
-
-
 @functools.lru_cache(maxsize=None)
 def toolchain():
     """(compiler, flags, include root, fingerprint), or a one-line reason string when there is none."""
@@ -774,7 +765,11 @@ def toolchain():
         return f"the C++ compiler {found} does not run ({error})"
     digest = hashlib.sha256(version.encode() + json.dumps(flags).encode())
     if any("native" in flag for flag in flags):
-        digest.update(_native_cpu())
+        # The CPU -march=native stands for: a cache shared by machines of several kinds (a home directory on
+        # NFS) must not hand one CPU's library to another that lacks its instructions (a crash, not an error).
+        from ngra_tf.ops import cpu  # noqa: PLC0415  (generated code for the CPU runs where ngra_tf imports)
+
+        digest.update(cpu.identity().encode())
     for header in _HEADERS:
         with open(os.path.join(root, "ops", "kernels", header), "rb") as f:
             digest.update(f.read())

@@ -14,6 +14,7 @@ import pytest
 import tensorflow as tf
 
 import ngra_tf
+from ngra_tf.ops import cpu
 from ngra_tf.ops import edge_code as ec
 from ngra_tf.ops import generated
 
@@ -389,7 +390,7 @@ def test_the_cache_key_names_the_cpu_that_native_code_was_built_for(monkeypatch)
     process): a cache two machines share (a home directory on NFS) keeps a library for each CPU."""
     tools = generated.toolchain()
     native = any("native" in flag for flag in tools[1])
-    monkeypatch.setattr(generated, "_native_cpu", lambda: b"vendor_id\t: OtherVendor\nflags\t\t: fpu sse2")
+    monkeypatch.setattr(cpu, "identity", lambda: "vendor_id: OtherVendor\nflags: fpu sse2")
     generated.toolchain.cache_clear()
     try:
         other = generated.toolchain()
@@ -399,7 +400,7 @@ def test_the_cache_key_names_the_cpu_that_native_code_was_built_for(monkeypatch)
     assert other[:3] == tools[:3]
     assert (other[3] != tools[3]) == native  # without -march=native the flags name the target already
     assert generated.toolchain() == tools
-    assert generated._native_cpu().strip()  # this machine's CPU, named
+    assert cpu.identity().strip()  # this machine's CPU, named
 
 
 def test_a_cache_directory_that_cannot_be_made_warns_once_names_it_and_interprets(monkeypatch, tmp_path):
