@@ -90,15 +90,18 @@ class Builder:
             b = self.emit("add", self.emit("softplus", b), self.const(0.5))
         return self.emit(op, a, b)
 
-    def draw(self, attention=False, big_exp=False):
+    def draw(self, attention=False, big_exp=False, heads=False):
+        """heads: most loads per head, so that whole chains of ops are the same over each head's run of
+        features (a score, its weight and their adjoints, computed once per run by generated code)."""
         rng = self.rng
-        kinds = ["c", "u", "heads", "reversed", "random"]
+        kinds = ["heads", "heads", "heads", "u", "c"] if heads else ["c", "u", "heads", "reversed", "random"]
         regs = [self.emit("load_src", self.table(self.src_width, kinds[rng.integers(5)])) for _ in range(2)]
         regs.append(self.emit("load_src", self.table(self.src_width, "c")))
         if rng.random() < 0.7:
             regs.append(self.emit("load_src_typed", self.table(self.slot, rng.choice(["c", "u", "random"])), self.slot))
         if rng.random() < 0.8:
-            regs.append(self.emit("load_dst", self.table(self.dst_width, rng.choice(["c", "heads", "u"]))))
+            dst_kinds = ["heads", "heads", "u"] if heads else ["c", "heads", "u"]
+            regs.append(self.emit("load_dst", self.table(self.dst_width, rng.choice(dst_kinds))))
         if rng.random() < 0.7:
             regs.append(self.emit("load_edge", self.table(self.edge_width, rng.choice(["u", "random"]))))
         regs.append(self.const(-0.75))

@@ -8,9 +8,13 @@ this module writes the program as straight-line C++ instead:
 - the forward is one loop over the tile's features with every register a
   local, so the compiler keeps them in vector registers;
 - what depends only on the edge (a per-edge weight, a score that one table
-  entry broadcasts) is computed once per edge, outside that loop;
+  entry broadcasts) is computed once per edge, outside that loop, and what
+  is the same over each head's run of features (its score) once per run;
 - each gradient walk recomputes the forward and runs its adjoint in the same
-  loop, for the registers that reach the operand being differentiated only.
+  loop, for the registers that reach the operand being differentiated only;
+  the adjoints of per-edge and per-head registers are summed over the edge's
+  or the head's features and taken back through their ops once (a head's
+  softmax weight: one exponential per head, not per feature).
 
 The source is compiled with the compiler and flags that built the op library
 (recorded beside it at build time) into a shared library that the edge-code
@@ -91,9 +95,9 @@ _RUNS = (8, 4, 2)  # run lengths a table's shape names, longest first (RunsShape
 _RUN_SHAPES = tuple(str(run) for run in _RUNS)
 
 
-def _run_total(values: str, run: int) -> str:
-    """The sum of values[0, run) as a tree of fixed depth (a loop over a run would chain its adds)."""
-    terms = [f"{values}[{k}]" for k in range(run)]
+def _run_total(values: str, run: int, at: str = "") -> str:
+    """The sum of values[at, at + run) as a tree of fixed depth (a loop over a run would chain its adds)."""
+    terms = [f"{values}[{at} + {k}]" if at else f"{values}[{k}]" for k in range(run)]
     while len(terms) > 1:
         terms = [f"({a} + {b})" for a, b in zip(terms[0::2], terms[1::2])]
     return terms[0]
@@ -244,7 +248,8 @@ def _feature_values(p: _Program, registers, at="j", skip=None) -> list:
 
 
 def _by_run(p: _Program, registers) -> list:
-    """Which of `registers` _feature_loop computes once per run (none when it loops over features only)."""
+    """Which of `registers` are computed once per run of features, by _feature_loop and _backward (none when no
+    table has runs)."""
     per_run = [registers[i] and p.per_run[i] and not p.per_edge[i] for i in range(len(p.ins))]
     return per_run if p.run > 1 and any(per_run) else [False] * len(p.ins)
 
@@ -367,7 +372,12 @@ def _tile_tables(p: _Program, side: int) -> list:
 def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> list:
     """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop.
     into_tile: the feature adjoints add into the tiles `acc` instead, one for each run of the row they add into
-    (_tile_tables), and the function is inlined into the walk's loop over a segment's edges."""
+    (_tile_tables), and the function is inlined into the walk's loop over a segment's edges.
+
+    Registers the same over each run of features (a head's score, its softmax weight) are computed once per run,
+    before the loop over features, which reads them broadcast into tiles; their adjoints are summed per run after
+    it and sent back once per run, as the per-edge registers' are once per edge. The loop over features then
+    gathers nothing through a table and evaluates no exponential per feature."""
     c = p.code
     softmax = c.score >= 0
     adjoint = _adjoints(p, side)
@@ -381,6 +391,14 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
     if softmax:
         reads[c.score] = reads[c.value] = True
     needed = _closure(p, reads)
+    by_run = _by_run(p, needed)
+    run_weight = softmax and by_run[c.score]  # the softmax weight once per run
+    assert not (into_tile and any(adjoint[i] and by_run[i] for i in range(len(p.ins)))), \
+        "a run's adjoint adds into its table's entry, not into a tile of contiguous runs (_tile_tables)"
+
+    def per_feature(i):
+        return not p.per_edge[i] and not by_run[i]
+
     gradient_row = _gradient_row(side)
     if into_tile:
         lines = ["template <typename Seed>",
@@ -397,63 +415,116 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
         stride = next(b for op, a, b, k in p.ins if op == "load_src_typed")
         lines.append(f"  T* typed_row = row + static_cast<int64_t>(p_.type[e]) * {stride};")
     seeds = [(c.value, "Value")] + ([(c.score, "Score")] if softmax else [])
-    # Per-edge registers that feature ops or seeds send adjoints to: a tile of them, summed after the loop.
-    edge_tiles = set()
+    z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
+    # The registers of a run that the loop over features reads: operands of its ops, and the seeds' message.
+    broadcast = [False] * len(p.ins)
     for i, (op, a, b, k) in enumerate(p.ins):
-        if adjoint[i] and not p.per_edge[i] and op not in _SIDES and op != "const":
-            for x in ((a, b) if op in _BINARY else (a,)):
-                if adjoint[x] and p.per_edge[x]:
-                    edge_tiles.add(x)
+        if needed[i] and per_feature(i) and op not in _SIDES and op != "const":
+            for operand in ((a, b) if op in _BINARY else (a,)):
+                broadcast[operand] = broadcast[operand] or by_run[operand]
+    if softmax:
+        broadcast[c.value] = broadcast[c.value] or by_run[c.value]
+        broadcast[c.score] = broadcast[c.score] or (by_run[c.score] and not run_weight)
+    if any(by_run):
+        runs = [i for i in range(len(p.ins)) if by_run[i]]
+        lines.append(f"  // Once per run of {p.run} features (a head).")
+        lines += [f"  alignas(64) T pr{i}[kTile / {p.run}];" for i in runs]
+        if run_weight:
+            lines.append(f"  alignas(64) T pw[kTile / {p.run}];")
+        lines.append(f"  for (int64_t h = 0; h < n / {p.run}; ++h) {{")
+        lines.append(f"    const int64_t q = h * {p.run};")
+        lines += ["    " + line for line in _feature_values(p, by_run, at="q")]
+        lines += [f"    pr{i}[h] = r{i};" for i in runs]
+        if run_weight:
+            lines.append(f"    pw[h] = seed.Weight(q, {z});")
+        lines.append("  }")
+        tiles = [(f"b{i}", f"pr{i}") for i in runs if broadcast[i]] + ([("bw", "pw")] if run_weight else [])
+        lines += [f"  alignas(64) T {tile}[kTile];" for tile, _ in tiles]
+        if tiles:
+            lines.append(f"  for (int64_t q = 0; q < n; q += {p.run}) {{")
+            lines.append(f"    for (int64_t j = q; j < q + {p.run}; ++j) {{ "
+                         + " ".join(f"{tile}[j] = {values}[q / {p.run}];" for tile, values in tiles) + " }")
+            lines.append("  }")
+    # Registers computed once per edge or per run that feature ops or seeds send adjoints to: a tile of them,
+    # summed over the tile (per edge) or over each run after the loop.
+    summed = set()
+    for i, (op, a, b, k) in enumerate(p.ins):
+        if adjoint[i] and per_feature(i) and op not in _SIDES and op != "const":
+            for operand in ((a, b) if op in _BINARY else (a,)):
+                if adjoint[operand] and not per_feature(operand):
+                    summed.add(operand)
     for reg, _ in seeds:
-        if adjoint[reg] and p.per_edge[reg]:
-            edge_tiles.add(reg)
-    for x in sorted(edge_tiles):
-        lines.append(f"  alignas(64) T ae{x}[kTile];")
+        if adjoint[reg] and not per_feature(reg):
+            summed.add(reg)
+    for reg in sorted(summed):
+        lines.append(f"  alignas(64) T a{reg}[kTile];")
     # Feature loads of the side, grouped by where they add (the same table of the same row). One contiguous
     # group adds straight into the row in the loop; otherwise each group fills a tile that is added after the
     # loop: ranges may overlap, and an indexed add in the loop (entries repeat) would keep it from vectorising.
-    groups = _groups(p, side, adjoint)
+    groups = _groups(p, side, [adjoint[i] and not by_run[i] for i in range(len(p.ins))])
     direct = len(groups) == 1 and p.shapes[groups[0][0][1]] == "c"
     for g, ((row, table), members) in enumerate(groups if not into_tile else []):
         if not direct:
             lines.append(f"  alignas(64) T al{g}[kTile];")
-        else:
-            lines.append(f"  T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
-    z, x = (f"r{c.score}", f"r{c.value}") if softmax else ("T(0)", "T(0)")
-    # Softmax: the edge's weight, once for both seeds (once per edge when the score is).
+        else:  # restrict over the loop only: a run's adjoint may add into the same row after it
+            lines.append(f"  {{ T* __restrict out0 = {row} + p_.contiguous[{table}] + f0;")
+    # Softmax: the edge's weight, once for both seeds (once per edge when the score is, once per run when it is
+    # the same over each run).
     if softmax and p.per_edge[c.score]:
         lines.append(f"  const T w = seed.Weight(0, {z});")
     lines.append("  for (int64_t j = 0; j < n; ++j) {")
-    lines += ["    " + line for line in _feature_values(p, needed)]
+    lines += [f"    const T r{i} = b{i}[j];" for i in range(len(p.ins)) if broadcast[i]]
+    lines += ["    " + line for line in _feature_values(p, needed, skip=by_run)]
     for i in range(len(p.ins)):
-        if adjoint[i] and not p.per_edge[i]:
+        if adjoint[i] and per_feature(i):
             lines.append(f"    T g{i} = T(0);")
-    for reg in sorted(edge_tiles):
-        lines.append(f"    ae{reg}[j] = T(0);")
-    if softmax and not p.per_edge[c.score]:
+    for reg in sorted(summed):
+        lines.append(f"    a{reg}[j] = T(0);")
+    if run_weight:
+        lines.append("    const T w = bw[j];")
+    elif softmax and not p.per_edge[c.score]:
         lines.append(f"    const T w = seed.Weight(j, {z});")
 
     def target(reg):
-        return f"ae{reg}[j]" if p.per_edge[reg] else f"g{reg}"
+        return f"g{reg}" if per_feature(reg) else f"a{reg}[j]"
 
     for reg, kind in seeds:
         if adjoint[reg]:
             lines.append(f"    {target(reg)} += seed.{kind}(j, {z}, {x});" if not softmax else
                          f"    {target(reg)} += seed.Weighted{kind}(j, w{', ' + x if kind == 'Score' else ''});")
     for i in range(len(p.ins) - 1, -1, -1):
-        if adjoint[i] and not p.per_edge[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
+        if adjoint[i] and per_feature(i) and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
             lines += _adjoint_step(p, i, adjoint, target, "    ")
     for g, ((row, table), members) in enumerate(groups):
         total = " + ".join(f"g{i}" for i in members)
         lines.append(f"    acc[{g} * kTile + j] += {total};" if into_tile else
                      f"    al{g}[j] = {total};" if not direct else f"    out0[j] += {total};")
-    lines.append("  }")
-    # After the loop: the per-edge registers' adjoints, in reverse, then their loads' and the tiles' into the row.
+    lines.append("  }" + (" }" if direct and not into_tile else ""))
+    # After the loop: the per-run registers' adjoints, run by run, then the per-edge registers' (a run's ops
+    # may send theirs to per-edge registers); each in reverse, then their loads' into the row.
     for i in range(len(p.ins)):
         if adjoint[i] and p.per_edge[i]:
             lines.append(f"  T g{i} = T(0);")
-    for reg in sorted(edge_tiles):
-        lines.append(f"  for (int64_t j = 0; j < n; ++j) g{reg} += ae{reg}[j];")
+    if any(adjoint[i] and by_run[i] for i in range(len(p.ins))):
+        lines.append(f"  for (int64_t h = 0; h < n / {p.run}; ++h) {{")
+        lines.append(f"    const int64_t q = h * {p.run};")
+        lines += [f"    const T r{i} = pr{i}[h];" for i in range(len(p.ins)) if by_run[i]]
+        for i in range(len(p.ins)):
+            if adjoint[i] and by_run[i]:
+                lines.append(f"    T g{i} = T(0);")
+        for reg in sorted(summed):
+            if by_run[reg]:
+                lines.append(f"    g{reg} += {_run_total(f'a{reg}', p.run, 'q')};")
+        for i in range(len(p.ins) - 1, -1, -1):
+            if adjoint[i] and by_run[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
+                lines += _adjoint_step(p, i, adjoint, lambda reg: f"g{reg}", "    ")
+        for i, (op, a, b, k) in enumerate(p.ins):
+            if op in _SIDES and adjoint[i] and by_run[i]:
+                lines.append(f"    {gradient_row[op]}[t{i}[q]] += g{i};")
+        lines.append("  }")
+    for reg in sorted(summed):
+        if p.per_edge[reg]:
+            lines.append(f"  for (int64_t j = 0; j < n; ++j) g{reg} += a{reg}[j];")
     for i in range(len(p.ins) - 1, -1, -1):  # a per-edge op reads per-edge registers only
         if adjoint[i] and p.per_edge[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
             lines += _adjoint_step(p, i, adjoint, lambda reg: f"g{reg}", "  ")

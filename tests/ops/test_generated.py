@@ -87,10 +87,14 @@ def _close(got, want, what, tol):
 REDUCES = ("sum", "mean", "max", "min", "softmax")
 
 
-def _check(seed, reduce, dtype, width, big_exp=False):
+def _check(seed, reduce, dtype, width, big_exp=False, heads=False):
     rng = np.random.default_rng(seed)
     builder = Builder(rng, width)
-    code = builder.draw(attention=reduce == "softmax", big_exp=big_exp)
+    code = builder.draw(attention=reduce == "softmax", big_exp=big_exp, heads=heads)
+    if heads:  # the case is here for the adjoints generated code sums and sends back once per head
+        p = generated._Program(code)
+        assert any(a and r for a, r in zip(generated._adjoints(p, generated.SRC_AND_DST),
+                                           generated._by_run(p, p.live))), f"seed {seed}: no adjoint per head"
     graph = _graph(rng)
     adjacency = graph.adjacency
     operands = _operands(rng, builder, graph, dtype, big_exp)
@@ -146,6 +150,15 @@ def test_random_programs_equal_the_unfused_path_and_the_interpreter(seed, reduce
 @pytest.mark.parametrize("seed", range(1))
 def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, reduce):
     _check(40 + seed, reduce, tf.float32, width=9, big_exp=True)
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("seed", [1, 3, pytest.param(2, marks=pytest.mark.slow),
+                                  pytest.param(6, marks=pytest.mark.slow), pytest.param(11, marks=pytest.mark.slow)])
+def test_random_programs_over_heads_equal_the_unfused_path_and_the_interpreter(seed, reduce):
+    """Chains of ops the same over each head's run of features, with adjoints into per-edge, per-head and
+    per-feature registers: generated code computes them once per run and sums their adjoints per run."""
+    _check(seed, reduce, tf.float32, width=16, heads=True)
 
 
 @pytest.mark.slow
@@ -319,8 +332,8 @@ def test_one_walk_over_no_edges_gives_zero_gradients(kernel_mode):
 @pytest.mark.parametrize("heads", [2, 4, 8])  # runs of 8, 4 and 2 features
 @pytest.mark.parametrize("reduce", ["softmax", "sum", "max"])
 def test_registers_the_same_over_each_head_equal_the_unfused_path(reduce, heads):
-    """Generated code computes what is the same over a head's run of features once per run (its forward) and
-    adds a run's adjoints with a tree (its gradients): both against the per-edge TF path."""
+    """Generated code computes what is the same over a head's run of features once per run, in its forward and
+    its gradients (there, a run's adjoints are summed with a tree): both against the per-edge TF path."""
     rng = np.random.default_rng(heads)
     width = 16
     code = attention(width, heads) if reduce == "softmax" else head_gate(width, heads)
