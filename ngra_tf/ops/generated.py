@@ -880,8 +880,10 @@ def _build_once(path: str, build, whole=os.path.isfile) -> str:
     sees a whole file. Raises OSError, SubprocessError or RuntimeError."""
     if whole(path):
         return path
+    seen = _file_identity(path)
     with _lock:
-        if whole(path):
+        # Checked again only if another build replaced the file meanwhile: a damaged file warns once.
+        if _file_identity(path) != seen and whole(path):
             return path
         directory = os.path.dirname(path)
         os.makedirs(directory, exist_ok=True)
@@ -889,6 +891,14 @@ def _build_once(path: str, build, whole=os.path.isfile) -> str:
         with tempfile.TemporaryDirectory(dir=directory, prefix=".build-") as scratch:
             os.replace(build(scratch), path)
     return path
+
+
+def _file_identity(path: str):
+    try:
+        status = os.stat(path)
+    except OSError:
+        return None
+    return status.st_ino, status.st_mtime_ns, status.st_size
 
 
 def _loads(path: str, signature_: str) -> bool:

@@ -474,6 +474,7 @@ def test_a_damaged_library_in_the_cache_is_compiled_again_with_a_warning(monkeyp
         with pytest.warns(RuntimeWarning, match="compiling it again") as caught:
             assert generated.library_for(code, tf.float32, tf.int32, "sum") == str(path)
         assert str(path) in str(caught[0].message)
+        assert len([w for w in caught if "compiling it again" in str(w.message)]) == 1, "one warning a file"
         assert path.read_bytes() != bad
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # whole again: used as it is
