@@ -29,7 +29,8 @@ version, the flags, the CPU that -march=native stands for and the kernel
 headers. Two processes compiling the same program each write a file of their
 own and rename it into place, so a reader only ever sees a whole library; a
 file that the op library would not load (cut short, overwritten, another
-program's) is compiled again, with a warning. Without a compiler, or when
+program's) is compiled again, with a warning, and so is a GPU module that
+could not serve (module_problem). Without a compiler, or when
 compiling fails, the interpreter runs and `status()` says why in one line.
 """
 
@@ -41,6 +42,7 @@ import hashlib
 import json
 import os
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
@@ -1049,8 +1051,44 @@ def _cuda_fingerprint(root: str) -> str:
     return digest.hexdigest()
 
 
+def module_problem(image: bytes, kernel: str) -> str:
+    """Why a cached GPU module would not serve as the program's ("" when it would): cut short, overwritten, or
+    another program's (its kernels' names end in another signature's suffix). A CUBIN's headers, and the
+    segments and sections they describe, must lie within the file; PTX must end its last function. The driver
+    checks the rest when it loads the module."""
+    if kernel.encode() not in image:
+        return f"has no kernel {kernel} (another program's module, or not a module)"
+    if image[:4] == b"\x7fELF":
+        if len(image) < 64 or image[4] != 2 or image[5] != 1:
+            return "is not a 64-bit little-endian ELF file"
+        phoff, shoff = struct.unpack_from("<QQ", image, 0x20)
+        phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", image, 0x36)
+        if phoff + phnum * phentsize > len(image) or shoff + shnum * shentsize > len(image):
+            return f"is cut short ({len(image)} bytes): its headers run past its end"
+        pieces = [struct.unpack_from("<QxxxxxxxxQ", image, phoff + i * phentsize + 8) for i in range(phnum)]
+        pieces += [struct.unpack_from("<QQ", image, shoff + i * shentsize + 0x18) for i in range(shnum)
+                   if struct.unpack_from("<I", image, shoff + i * shentsize + 4)[0] != 8]  # SHT_NOBITS: no bytes
+        if any(offset + size > len(image) for offset, size in pieces):
+            return f"is cut short ({len(image)} bytes): its sections run past its end"
+    elif not image.rstrip().endswith(b"}"):
+        return f"is cut short ({len(image)} bytes): its last function does not end"
+    return ""
+
+
+def _module_whole(path: str, kernel: str) -> bool:
+    """Whether the cached module at `path` serves (module_problem); a file that does not is compiled again, with a
+    warning that names it and says what was wrong."""
+    if not os.path.isfile(path):
+        return False
+    with open(path, "rb") as f:
+        why = module_problem(f.read(), kernel)
+    if why:
+        warnings.warn(f"ngra_tf: generated GPU code {path} {why}; compiling it again", RuntimeWarning, stacklevel=2)
+    return not why
+
+
 @functools.lru_cache(maxsize=None)
-def _cuda_kernels(key_source: str, arch: str) -> str:
+def _cuda_kernels(key_source: str, arch: str, kernel: str) -> str:
     global _cuda_failure
     found, root = nvrtc(), _include_root()
     if isinstance(found, str) or root is None:
@@ -1065,7 +1103,8 @@ def _cuda_kernels(key_source: str, arch: str) -> str:
         return out
 
     try:
-        return _build_once(os.path.join(cache_dir(), f"edge_code_{digest.hexdigest()[:32]}.{suffix}"), build)
+        return _build_once(os.path.join(cache_dir(), f"edge_code_{digest.hexdigest()[:32]}.{suffix}"), build,
+                           lambda path: _module_whole(path, kernel))
     except (OSError, RuntimeError) as error:
         _cuda_failure = str(error) if isinstance(error, RuntimeError) else _unwritable(cache_dir(), error)
         warnings.warn(f"ngra_tf: {_cuda_failure}; the edge-code interpreter runs on the GPU instead", RuntimeWarning,
@@ -1079,7 +1118,9 @@ def cuda_kernels_for(code, dtype, index_dtype, reduce: str, arch=None) -> str:
     arch = arch or gpu_arch()
     if not enabled() or arch is None:
         return ""
-    return _cuda_kernels(cuda_module(code, _name(dtype), _name(index_dtype), reduce), arch)
+    signature_ = cuda_signature(code, _name(dtype), _name(index_dtype), reduce)
+    return _cuda_kernels(cuda_module(code, _name(dtype), _name(index_dtype), reduce), arch,
+                         CUDA_KERNELS[0] + kernel_suffix(signature_))
 
 
 def _name(dtype) -> str:
@@ -1092,5 +1133,5 @@ def _name(dtype) -> str:
 
 __all__ = ["CACHE_ENV", "CODE_REDUCES", "CUDA_ABI", "CUDA_KERNELS", "DISABLE_ENV", "NVRTC_ENV", "cache_dir",
            "compile_cuda", "cuda_kernels_for", "cuda_module", "cuda_program", "cuda_signature", "cuda_status",
-           "gpu_arch", "gpus_visible", "kernel_suffix", "library_for", "nvrtc", "nvrtc_status", "signature",
-           "source", "status", "table_shapes", "toolchain"]
+           "gpu_arch", "gpus_visible", "kernel_suffix", "library_for", "module_problem", "nvrtc", "nvrtc_status",
+           "signature", "source", "status", "table_shapes", "toolchain"]

@@ -15,6 +15,7 @@ import re
 import shutil
 import subprocess
 import sys
+import warnings
 
 import numpy as np
 import pytest
@@ -141,6 +142,50 @@ def test_a_module_is_cached_per_program_and_arch(monkeypatch, tmp_path):
         assert not [p for p in tmp_path.iterdir() if p.name.startswith(".build-")]
     finally:
         generated._cuda_kernels.cache_clear()
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("damage", ["cut short", pytest.param("overwritten", marks=pytest.mark.slow),
+                                    pytest.param("another program's", marks=pytest.mark.slow)])
+def test_a_damaged_module_in_the_cache_is_compiled_again_with_a_warning(monkeypatch, tmp_path, damage):
+    """A cached GPU module that would not serve (cut short, overwritten, another program's) is compiled again,
+    with one warning that names it, instead of failing to load and interpreting on every run."""
+    monkeypatch.setenv(generated.CACHE_ENV, str(tmp_path))
+    generated._cuda_kernels.cache_clear()
+    try:
+        path = pathlib.Path(generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_80"))
+        good = path.read_bytes()
+        bad = {"cut short": lambda: good[:len(good) // 2], "overwritten": lambda: b"junk",
+               "another program's": lambda: pathlib.Path(generated.cuda_kernels_for(
+                   gate(8), "float32", "int32", "max", arch="compute_80")).read_bytes()}[damage]()
+        path.write_bytes(bad)
+        generated._cuda_kernels.cache_clear()
+        with pytest.warns(RuntimeWarning, match="compiling it again") as caught:
+            assert generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_80") == str(path)
+        messages = [str(w.message) for w in caught if "compiling it again" in str(w.message)]
+        reason = "is cut short" if damage == "cut short" else "has no kernel"
+        assert len(messages) == 1 and messages[0].startswith(f"ngra_tf: generated GPU code {path} {reason}"), messages
+        generated._cuda_kernels.cache_clear()  # the new file serves: found, not compiled again, no warning
+        monkeypatch.setattr(generated, "compile_cuda", lambda *a: pytest.fail("compiled again"))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert generated.cuda_kernels_for(gate(8), "float32", "int32", "sum", arch="compute_80") == str(path)
+    finally:
+        generated._cuda_kernels.cache_clear()
+
+
+@needs_nvrtc
+@pytest.mark.slow
+def test_a_cubin_cut_anywhere_is_refused():
+    """A CUBIN's section headers are at its end, so any cut loses them; one of another program says so too."""
+    module = generated.cuda_module(gate(8), "float32", "int32", "sum")
+    kernel = "ngra_edge_code_forward" + generated.kernel_suffix(generated.cuda_signature(gate(8), "float32",
+                                                                                        "int32", "sum"))
+    image = generated.compile_cuda(module, "sm_90")
+    assert generated.module_problem(image, kernel) == ""
+    for size in (len(image) - 1, len(image) - 100, len(image) // 2, 4096):
+        assert "is cut short" in generated.module_problem(image[:size], kernel), size
+    assert "has no kernel" in generated.module_problem(image, kernel[:-1] + "x")
 
 
 def test_without_a_gpu_nothing_is_compiled_for_one():
