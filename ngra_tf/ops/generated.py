@@ -97,9 +97,9 @@ _RUNS = (8, 4, 2)  # run lengths a table's shape names, longest first (RunsShape
 _RUN_SHAPES = tuple(str(run) for run in _RUNS)
 
 
-def _run_total(values: str, run: int, at: str = "") -> str:
+def _run_total(values: str, at: str, run: int) -> str:
     """The sum of values[at, at + run) as a tree of fixed depth (a loop over a run would chain its adds)."""
-    terms = [f"{values}[{at} + {k}]" if at else f"{values}[{k}]" for k in range(run)]
+    terms = [f"{values}[{at} + {k}]" for k in range(run)]
     while len(terms) > 1:
         terms = [f"({a} + {b})" for a, b in zip(terms[0::2], terms[1::2])]
     return terms[0]
@@ -371,6 +371,51 @@ def _tile_tables(p: _Program, side: int) -> list:
     return []
 
 
+def _run_values(p: _Program, by_run, broadcast, score) -> list:
+    """Before a gradient's loop over features: the registers `by_run`, once per run, kept in arrays pr{i} for the
+    adjoints after the loop and, where the loop reads them (`broadcast`), in tiles b{i}; with `score` (a
+    per-run softmax score), the edge's weight per run too, in the tile bw."""
+    if not any(by_run):
+        return []
+    runs = [i for i in range(len(p.ins)) if by_run[i]]
+    lines = [f"// Once per run of {p.run} features (a head)."]
+    lines += [f"alignas(64) T pr{i}[kTile / {p.run}];" for i in runs]
+    if score is not None:
+        lines.append(f"alignas(64) T pw[kTile / {p.run}];")
+    lines += [f"for (int64_t h = 0; h < n / {p.run}; ++h) {{", f"  const int64_t q = h * {p.run};"]
+    lines += ["  " + line for line in _feature_values(p, by_run, at="q")]
+    lines += [f"  pr{i}[h] = r{i};" for i in runs]
+    if score is not None:
+        lines.append(f"  pw[h] = seed.Weight(q, {score});")
+    lines.append("}")
+    tiles = [(f"b{i}", f"pr{i}") for i in runs if broadcast[i]] + ([("bw", "pw")] if score is not None else [])
+    lines += [f"alignas(64) T {tile}[kTile];" for tile, _ in tiles]
+    if tiles:
+        lines += [f"for (int64_t q = 0; q < n; q += {p.run}) {{",
+                  f"  for (int64_t j = q; j < q + {p.run}; ++j) {{ "
+                  + " ".join(f"{tile}[j] = {values}[q / {p.run}];" for tile, values in tiles) + " }", "}"]
+    return lines
+
+
+def _run_adjoints(p: _Program, side: int, adjoint, by_run, summed) -> list:
+    """After a gradient's loop over features, once per run: the adjoints the loop left in the tiles a{i} of the
+    `summed` registers that are per run, summed over the run, taken back through the run's ops in reverse and
+    added into their loads' table entries."""
+    if not any(adjoint[i] and by_run[i] for i in range(len(p.ins))):
+        return []
+    lines = [f"for (int64_t h = 0; h < n / {p.run}; ++h) {{", f"  const int64_t q = h * {p.run};"]
+    lines += [f"  const T r{i} = pr{i}[h];" for i in range(len(p.ins)) if by_run[i]]
+    lines += [f"  T g{i} = T(0);" for i in range(len(p.ins)) if adjoint[i] and by_run[i]]
+    lines += [f"  g{reg} += {_run_total(f'a{reg}', 'q', p.run)};" for reg in sorted(summed) if by_run[reg]]
+    for i in range(len(p.ins) - 1, -1, -1):
+        if adjoint[i] and by_run[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
+            lines += _adjoint_step(p, i, adjoint, lambda reg: f"g{reg}", "  ")
+    rows = _gradient_row(side)
+    lines += [f"  {rows[op]}[t{i}[q]] += g{i};" for i, (op, a, b, k) in enumerate(p.ins)
+              if op in _SIDES and adjoint[i] and by_run[i]]
+    return lines + ["}"]
+
+
 def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> list:
     """The adjoint of the loads of `side`, added into `row`: the forward, the seed and the adjoint in one loop.
     into_tile: the feature adjoints add into the tiles `acc` instead, one for each run of the row they add into
@@ -426,27 +471,7 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
                 broadcast[operand] = broadcast[operand] or by_run[operand]
     if softmax:
         broadcast[c.value] = broadcast[c.value] or by_run[c.value]
-        broadcast[c.score] = broadcast[c.score] or (by_run[c.score] and not run_weight)
-    if any(by_run):
-        runs = [i for i in range(len(p.ins)) if by_run[i]]
-        lines.append(f"  // Once per run of {p.run} features (a head).")
-        lines += [f"  alignas(64) T pr{i}[kTile / {p.run}];" for i in runs]
-        if run_weight:
-            lines.append(f"  alignas(64) T pw[kTile / {p.run}];")
-        lines.append(f"  for (int64_t h = 0; h < n / {p.run}; ++h) {{")
-        lines.append(f"    const int64_t q = h * {p.run};")
-        lines += ["    " + line for line in _feature_values(p, by_run, at="q")]
-        lines += [f"    pr{i}[h] = r{i};" for i in runs]
-        if run_weight:
-            lines.append(f"    pw[h] = seed.Weight(q, {z});")
-        lines.append("  }")
-        tiles = [(f"b{i}", f"pr{i}") for i in runs if broadcast[i]] + ([("bw", "pw")] if run_weight else [])
-        lines += [f"  alignas(64) T {tile}[kTile];" for tile, _ in tiles]
-        if tiles:
-            lines.append(f"  for (int64_t q = 0; q < n; q += {p.run}) {{")
-            lines.append(f"    for (int64_t j = q; j < q + {p.run}; ++j) {{ "
-                         + " ".join(f"{tile}[j] = {values}[q / {p.run}];" for tile, values in tiles) + " }")
-            lines.append("  }")
+    lines += ["  " + line for line in _run_values(p, by_run, broadcast, z if run_weight else None)]
     # Registers computed once per edge or per run that feature ops or seeds send adjoints to: a tile of them,
     # summed over the tile (per edge) or over each run after the loop.
     summed = set()
@@ -507,23 +532,7 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
     for i in range(len(p.ins)):
         if adjoint[i] and p.per_edge[i]:
             lines.append(f"  T g{i} = T(0);")
-    if any(adjoint[i] and by_run[i] for i in range(len(p.ins))):
-        lines.append(f"  for (int64_t h = 0; h < n / {p.run}; ++h) {{")
-        lines.append(f"    const int64_t q = h * {p.run};")
-        lines += [f"    const T r{i} = pr{i}[h];" for i in range(len(p.ins)) if by_run[i]]
-        for i in range(len(p.ins)):
-            if adjoint[i] and by_run[i]:
-                lines.append(f"    T g{i} = T(0);")
-        for reg in sorted(summed):
-            if by_run[reg]:
-                lines.append(f"    g{reg} += {_run_total(f'a{reg}', p.run, 'q')};")
-        for i in range(len(p.ins) - 1, -1, -1):
-            if adjoint[i] and by_run[i] and p.ins[i][0] not in _SIDES and p.ins[i][0] != "const":
-                lines += _adjoint_step(p, i, adjoint, lambda reg: f"g{reg}", "    ")
-        for i, (op, a, b, k) in enumerate(p.ins):
-            if op in _SIDES and adjoint[i] and by_run[i]:
-                lines.append(f"    {gradient_row[op]}[t{i}[q]] += g{i};")
-        lines.append("  }")
+    lines += ["  " + line for line in _run_adjoints(p, side, adjoint, by_run, summed)]
     for reg in sorted(summed):
         if p.per_edge[reg]:
             lines.append(f"  for (int64_t j = 0; j < n; ++j) g{reg} += a{reg}[j];")
@@ -538,12 +547,7 @@ def _backward(p: _Program, side: int, name: str, into_tile: bool = False) -> lis
             if p.shapes[table] == "c":
                 lines.append(f"  {{ T* __restrict out = {row} + p_.contiguous[{table}] + f0;")
                 lines.append(f"    for (int64_t j = 0; j < n; ++j) out[j] += al{g}[j]; }}")
-            elif p.shapes[table] in _RUN_SHAPES:  # the same entry over aligned runs: one add per run
-                run = int(p.shapes[table])
-                lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
-                lines.append(f"    for (int64_t j = 0; j < n; j += {run}) {{ const T* __restrict a = al{g} + j;")
-                lines.append(f"      {row}[at[j]] += {_run_total('a', run)}; }} }}")
-            else:  # any entries: one add into the row per run of equal ones
+            else:  # any entries: one add into the row per run of equal ones (loads over runs add per run above)
                 lines.append(f"  {{ const int32_t* __restrict at = p_.tables + {table} * p_.width + f0;")
                 lines.append("    for (int64_t j = 0; j < n;) {")
                 lines.append(f"      const int32_t to = at[j]; T total = al{g}[j];")
