@@ -153,12 +153,13 @@ def test_exponentials_of_large_arguments_stay_within_float32_accuracy(seed, redu
 
 
 @pytest.mark.parametrize("reduce", REDUCES)
-@pytest.mark.parametrize("seed", [1, 3, pytest.param(2, marks=pytest.mark.slow),
-                                  pytest.param(6, marks=pytest.mark.slow), pytest.param(11, marks=pytest.mark.slow)])
-def test_random_programs_over_heads_equal_the_unfused_path_and_the_interpreter(seed, reduce):
+@pytest.mark.parametrize("seed,dtype", [(1, "float32"), (3, "float32"),
+                                        *(pytest.param(seed, dtype, marks=pytest.mark.slow) for seed, dtype in
+                                          ((2, "float64"), (6, "float32"), (11, "float64")))])
+def test_random_programs_over_heads_equal_the_unfused_path_and_the_interpreter(seed, dtype, reduce):
     """Chains of ops the same over each head's run of features, with adjoints into per-edge, per-head and
     per-feature registers: generated code computes them once per run and sums their adjoints per run."""
-    _check(seed, reduce, tf.float32, width=16, heads=True)
+    _check(seed, reduce, tf.as_dtype(dtype), width=16, heads=True)
 
 
 @pytest.mark.slow
