@@ -907,21 +907,25 @@ def _file_identity(path: str):
     return status.st_ino, status.st_mtime_ns, status.st_size
 
 
-def _loads(path: str, signature_: str) -> bool:
-    """Whether the edge-code kernels would run the library at `path`, by the op library's own check
-    (LoadGeneratedCode, ops/cc/generated_code.cc: whole, loads, exports `signature_`). A file there that fails
-    it (cut short, overwritten, another program's) is built again, with a warning that says what was wrong."""
+def _serves(path: str, problem) -> bool:
+    """Whether the cached file at `path` is there and problem(path) finds nothing wrong with it ("" if not); a
+    file that fails is built again, with a warning that says what was wrong (problem's words, naming it)."""
     if not os.path.isfile(path):
         return False
+    why = problem(path)
+    if why:
+        warnings.warn(f"ngra_tf: {why}; compiling it again", RuntimeWarning, stacklevel=3)
+    return not why
+
+
+def _library_problem(path: str, signature_: str) -> str:
+    """What would keep the edge-code kernels from running the library at `path` ("" if nothing), by the op
+    library's own check (LoadGeneratedCode, ops/cc/generated_code.cc: whole, loads, exports `signature_`)."""
     check = _load_check()
     if check is None:  # no op library: no kernel loads the file
-        return True
+        return ""
     why = ctypes.create_string_buffer(1024)
-    if check(path.encode(), signature_.encode(), why, len(why)) == 0:
-        return True
-    warnings.warn(f"ngra_tf: {why.value.decode(errors='replace')}; compiling it again", RuntimeWarning,
-                  stacklevel=2)
-    return False
+    return "" if check(path.encode(), signature_.encode(), why, len(why)) == 0 else why.value.decode(errors="replace")
 
 
 @functools.lru_cache(maxsize=None)
@@ -964,7 +968,7 @@ def _library(key_source: str, signature_: str) -> str:
 
     try:
         return _build_once(os.path.join(cache_dir(), f"edge_code_{key}.so"), build,
-                           lambda path: _loads(path, signature_))
+                           lambda path: _serves(path, lambda p: _library_problem(p, signature_)))
     except (OSError, subprocess.SubprocessError, RuntimeError) as error:
         _failure = str(error) if isinstance(error, RuntimeError) else _unwritable(cache_dir(), error)
         warnings.warn(f"ngra_tf: {_failure}; the edge-code interpreter runs instead", RuntimeWarning, stacklevel=4)
@@ -1079,16 +1083,10 @@ def module_problem(image: bytes, kernel: str) -> str:
     return ""
 
 
-def _module_whole(path: str, kernel: str) -> bool:
-    """Whether the cached module at `path` serves (module_problem); a file that does not is compiled again, with a
-    warning that names it and says what was wrong."""
-    if not os.path.isfile(path):
-        return False
+def _module_file_problem(path: str, kernel: str) -> str:
     with open(path, "rb") as f:
         why = module_problem(f.read(), kernel)
-    if why:
-        warnings.warn(f"ngra_tf: generated GPU code {path} {why}; compiling it again", RuntimeWarning, stacklevel=2)
-    return not why
+    return f"generated GPU code {path} {why}" if why else ""
 
 
 @functools.lru_cache(maxsize=None)
@@ -1108,7 +1106,7 @@ def _cuda_kernels(key_source: str, arch: str, kernel: str) -> str:
 
     try:
         return _build_once(os.path.join(cache_dir(), f"edge_code_{digest.hexdigest()[:32]}.{suffix}"), build,
-                           lambda path: _module_whole(path, kernel))
+                           lambda path: _serves(path, lambda p: _module_file_problem(p, kernel)))
     except (OSError, RuntimeError) as error:
         _cuda_failure = str(error) if isinstance(error, RuntimeError) else _unwritable(cache_dir(), error)
         warnings.warn(f"ngra_tf: {_cuda_failure}; the edge-code interpreter runs on the GPU instead", RuntimeWarning,
