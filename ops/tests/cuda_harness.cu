@@ -9,6 +9,11 @@
 //             runs agree bit for bit and that the device-built schedule equals
 //             the host-built one
 //
+// Each width's data is drawn once and each case's CPU reference computed
+// once, then compared with the GPU's result on every walk (chunk size) in
+// turn; an edge program's references are the ones that showed it tame. The
+// comparisons run on all cores: on a GPU the host's work is the slow side.
+//
 // The harness itself is host C++: build it with tools/build_cuda.py --harness
 // (or, emulated half only, with any C++17 compiler: g++ -x c++).
 //
@@ -26,11 +31,15 @@
 //            narrow it with --filter).
 // Prints "N passed, M failed"; exits 1 on any failure, 2 on bad usage.
 #include <chrono>
+#include <climits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 #include <random>
 #include <string>
 #include <thread>
@@ -121,13 +130,24 @@ struct HostData {
 };
 
 
+// One way the GPU walks a graph: its configuration (the largest chunk a hub
+// is split into), the graph prepared for it, and the prefix that names its
+// checks ("gpu float/int32 d=128 chunk=16", what --filter matches).
+template <typename Index>
+struct Walk {
+  WalkConfig config;
+  std::string prefix;
+  gpu::GraphPlan<Index> plan;
+};
+
+// A setting checks every op at one width against every walk: each case's CPU
+// reference is computed once and compared with each walk's result.
 template <typename Runtime, typename T, typename Index>
 struct Setting {
   Runtime& rt;
   const Graph<Index>& g;
   int64_t width;
-  WalkConfig config;
-  std::string prefix;
+  std::vector<Walk<Index>> walks;
   Tally& tally;
   std::mt19937_64 rng;
 
@@ -141,9 +161,9 @@ struct Setting {
   const T *x_dst_d = nullptr, *w_scalar_d = nullptr, *w_vector_d = nullptr, *w_block_d = nullptr, *grad_d = nullptr;
   const T* init_d = nullptr;
   const int32_t* type_d = nullptr;
-  // The graph prepared once (PrepareGraph); every other program runs over
-  // it, and on a GPU the second run of each check takes the other path.
-  gpu::GraphPlan<Index> plan;
+  // Each walk's graph is prepared once (PrepareGraph, Walk::plan); a case
+  // runs over the plan on every other walk, and on a GPU the second run of
+  // each check takes the other path.
   int programs = 0;
 
   void Upload() {
@@ -180,18 +200,29 @@ struct Setting {
     csc_d = Segments<Index>{rt.Put(g.csc_indptr), E ? rt.Put(g.csc_src) : nullptr, nullptr, g.num_dst};
     csr_d = Segments<Index>{rt.Put(g.csr_indptr), E ? rt.Put(g.csr_dst) : nullptr, E ? rt.Put(g.csr_edge) : nullptr,
                             g.num_src};
-    Index* block = rt.template Garbage<Index>(gpu::PlanBytes<Index>(g.num_src, g.num_dst, E, config) /
-                                              static_cast<int64_t>(sizeof(Index)));
-    std::string error = gpu::PrepareGraph(rt.backend(), csc_d, csr_d, E, block, config);
-    if (error.empty()) error = rt.Sync();
-    tally.Record(prefix + " prepare graph", error);
-    plan = gpu::PlanOf<Index>(block, g.num_src, g.num_dst, E, config);
+    for (Walk<Index>& walk : walks) {
+      Index* block = rt.template Garbage<Index>(gpu::PlanBytes<Index>(g.num_src, g.num_dst, E, walk.config) /
+                                                static_cast<int64_t>(sizeof(Index)));
+      std::string error = gpu::PrepareGraph(rt.backend(), csc_d, csr_d, E, block, walk.config);
+      if (error.empty()) error = rt.Sync();
+      tally.Record(walk.prefix + " prepare graph", error);
+      walk.plan = gpu::PlanOf<Index>(block, g.num_src, g.num_dst, E, walk.config);
+    }
   }
 
-  // problem over the other path: the plan's schedules, or its own.
+  // The walks that run the check named by `what` after their prefix.
+  std::vector<const Walk<Index>*> WalksFor(const std::string& what) const {
+    std::vector<const Walk<Index>*> chosen;
+    for (const Walk<Index>& walk : walks) {
+      if (Selected(walk.prefix + what)) chosen.push_back(&walk);
+    }
+    return chosen;
+  }
+
+  // problem over the other path of `walk`: the plan's schedules, or its own.
   template <typename Problem>
-  Problem OtherPath(Problem problem) const {
-    problem.plan = problem.plan.present() ? gpu::GraphPlan<Index>{} : plan;
+  Problem OtherPath(Problem problem, const Walk<Index>& walk) const {
+    problem.plan = problem.plan.present() ? gpu::GraphPlan<Index>{} : walk.plan;
     return problem;
   }
 
@@ -294,9 +325,10 @@ struct Setting {
 
   template <typename P, Reduce R, WeightKind K>
   void Fused(ProgramId id) {
-    const std::string name = prefix + " fused " + kProgramNames[static_cast<int>(id)] + " " +
+    const std::string what = std::string(" fused ") + kProgramNames[static_cast<int>(id)] + " " +
                              kReduceNames[static_cast<int>(R)] + " " + kWeightNames[static_cast<int>(K)];
-    if (!Selected(name)) return;
+    const std::vector<const Walk<Index>*> chosen = WalksFor(what);
+    if (chosen.empty()) return;
     const size_t mark = rt.Mark();  // this case's device buffers go at the end
     struct Release {
       Runtime& rt;
@@ -305,50 +337,64 @@ struct Setting {
     } release{rt, mark};
     constexpr bool kExtreme = Reducer<R>::kTracksArg;
     const Operands<T> in = HostOperands<P, K>(host);
+
+    // The problem each walk runs; half of them over the walk's plan.
+    std::vector<FusedProblem<T, Index>> problems;
+    for (size_t w = 0; w < chosen.size(); ++w) {
+      FusedProblem<T, Index> problem;
+      problem.program = id;
+      problem.reduce = R;
+      problem.weight_kind = K;
+      problem.in = DeviceOperands<P, K>();
+      problem.csc = csc_d;
+      problem.csr = csr_d;
+      problem.num_src = g.num_src;
+      problem.num_dst = g.num_dst;
+      problem.num_edges = g.num_edges;
+      if ((programs + w) % 2 == 1) problem.plan = chosen[w]->plan;
+      problems.push_back(problem);
+    }
+    ++programs;
+
     std::vector<Index> arg;
     const std::vector<T> out = CpuForward<P, R, K>(host, &arg);
-
-    FusedProblem<T, Index> problem;
-    problem.program = id;
-    problem.reduce = R;
-    problem.weight_kind = K;
-    problem.in = DeviceOperands<P, K>();
-    problem.csc = csc_d;
-    problem.csr = csr_d;
-    problem.num_src = g.num_src;
-    problem.num_dst = g.num_dst;
-    problem.num_edges = g.num_edges;
-    if (programs++ % 2 == 1) problem.plan = plan;
-    tally.Record(name + " forward", FusedForward<P, R, K>(id, problem, in, out, arg, false));
+    for (size_t w = 0; w < chosen.size(); ++w) {
+      tally.Record(chosen[w]->prefix + what + " forward",
+                   FusedForward<P, R, K>(id, problems[w], *chosen[w], in, out, arg, false));
+    }
 
     // Gradients, with the CPU's winners for max/min on both sides.
     const Index* arg_d = kExtreme ? rt.Put(arg) : nullptr;
-    FusedGrad<P, R, K>(name, Wrt::kXSrc, problem, arg, arg_d);
-    if constexpr (P::kUsesDst) FusedGrad<P, R, K>(name, Wrt::kXDst, problem, arg, arg_d);
-    if constexpr (P::kUsesWeight) FusedGrad<P, R, K>(name, Wrt::kEdgeWeight, problem, arg, arg_d);
+    FusedGrad<P, R, K>(what, Wrt::kXSrc, chosen, problems, arg, arg_d);
+    if constexpr (P::kUsesDst) FusedGrad<P, R, K>(what, Wrt::kXDst, chosen, problems, arg, arg_d);
+    if constexpr (P::kUsesWeight) FusedGrad<P, R, K>(what, Wrt::kEdgeWeight, chosen, problems, arg, arg_d);
 
     // From an initial accumulator (not with mean), in place on both sides.
     // The gradients do not read init: the ones above cover them.
     if constexpr (R != Reduce::kMean) {
       std::vector<Index> init_arg;
       const std::vector<T> init_out = CpuForward<P, R, K>(host, &init_arg, true);
-      tally.Record(name + " init forward", FusedForward<P, R, K>(id, problem, in, init_out, init_arg, true));
+      for (size_t w = 0; w < chosen.size(); ++w) {
+        tally.Record(chosen[w]->prefix + what + " init forward",
+                     FusedForward<P, R, K>(id, problems[w], *chosen[w], in, init_out, init_arg, true));
+      }
     }
   }
 
-  // Runs the GPU forward pass of `problem` (from init, in place, when
-  // with_init) and compares it with the CPU's out / arg.
+  // Runs the GPU forward pass of `problem` on `walk` (from init, in place,
+  // when with_init) and compares it with the CPU's out / arg.
   template <typename P, Reduce R, WeightKind K>
-  std::string FusedForward(ProgramId id, FusedProblem<T, Index> problem, const Operands<T>& in,
-                           const std::vector<T>& out, const std::vector<Index>& arg, bool with_init) {
+  std::string FusedForward(ProgramId id, const FusedProblem<T, Index>& problem, const Walk<Index>& walk,
+                           const Operands<T>& in, const std::vector<T>& out, const std::vector<Index>& arg,
+                           bool with_init) {
     constexpr bool kExtreme = Reducer<R>::kTracksArg;
     const int64_t n = g.num_dst * width;
     auto forward = [&](std::vector<T>* got, std::vector<Index>* got_arg, bool other_path = false) {
       T* o = with_init ? rt.Put(host.init) : rt.template Garbage<T>(n);
-      FusedProblem<T, Index> p = other_path ? OtherPath(problem) : problem;
+      FusedProblem<T, Index> p = other_path ? OtherPath(problem, walk) : problem;
       p.init = with_init ? o : nullptr;
       Index* a = kExtreme ? rt.template Garbage<Index>(n) : nullptr;
-      std::string error = gpu::RunFusedGather(rt.backend(), p, o, a, config);
+      std::string error = gpu::RunFusedGather(rt.backend(), p, o, a, walk.config);
       if (error.empty()) error = rt.Sync();
       *got = rt.Get(o, n);
       if (kExtreme) *got_arg = rt.Get(a, n);
@@ -389,11 +435,12 @@ struct Setting {
   template <typename P, WeightKind K>
   std::string CheckWinners(const Operands<T>& in, const std::vector<Index>& got_arg, const std::vector<T>& want,
                            const T* init) {
+    Timed timed(&g_phases.compare);
     auto close = [&](T m, int64_t i) {
       return SameValue(m, want[i]) ||
              std::fabs(double(m) - double(want[i])) <= Tolerance<T>() * std::max(1.0, std::fabs(double(want[i])));
     };
-    for (int64_t v = 0; v < g.num_dst; ++v) {
+    return FirstError(g.num_dst, width, [&](int64_t v) -> std::string {
       for (int64_t f = 0; f < width; ++f) {
         const int64_t i = v * width + f;
         const Index e = got_arg[i];
@@ -411,42 +458,47 @@ struct Setting {
           return "winner " + std::to_string(e) + " of element " + std::to_string(i) + " is not an extreme";
         }
       }
-    }
-    return "";
+      return "";
+    });
   }
 
+  // The gradient w.r.t. `wrt` on each chosen walk against one CPU reference.
   template <typename P, Reduce R, WeightKind K>
-  void FusedGrad(const std::string& base, Wrt wrt, const FusedProblem<T, Index>& problem,
-                 const std::vector<Index>& arg, const Index* arg_d) {
-    constexpr bool kArg = Reducer<R>::kTracksArg;
+  void FusedGrad(const std::string& what, Wrt wrt, const std::vector<const Walk<Index>*>& chosen,
+                 const std::vector<FusedProblem<T, Index>>& problems, const std::vector<Index>& arg,
+                 const Index* arg_d) {
     const char* wrt_name = wrt == Wrt::kXSrc ? "x_src" : wrt == Wrt::kXDst ? "x_dst" : "edge_weight";
-    const std::string name = base + " d/d" + wrt_name;
     int64_t row = width;
     const std::vector<T> want = CpuGrad<P, R, K>(host, wrt, arg, &row);
     const int64_t n = static_cast<int64_t>(want.size());
-    auto run = [&](std::vector<T>* got, bool other_path = false) {
-      T* o = rt.template Garbage<T>(n);
-      std::string error = gpu::RunFusedGatherGrad(rt.backend(), other_path ? OtherPath(problem) : problem, wrt, grad_d,
-                                                  arg_d, o, config);
-      if (error.empty()) error = rt.Sync();
-      *got = rt.Get(o, n);
-      return error;
-    };
-    std::vector<T> got;
-    std::string error = run(&got);
-    if (error.empty()) {
-      error = CompareSums(got, want, row, tally, [&] {
-        int64_t unused = 0;
-        return CpuGrad<P, R, K>(Exact(), wrt, arg, &unused);
-      });
+    std::vector<double> exact;  // the float64 reference, made when a comparison first needs it
+    for (size_t w = 0; w < chosen.size(); ++w) {
+      const Walk<Index>& walk = *chosen[w];
+      auto run = [&](std::vector<T>* got, bool other_path = false) {
+        T* o = rt.template Garbage<T>(n);
+        std::string error = gpu::RunFusedGatherGrad(
+            rt.backend(), other_path ? OtherPath(problems[w], walk) : problems[w], wrt, grad_d, arg_d, o, walk.config);
+        if (error.empty()) error = rt.Sync();
+        *got = rt.Get(o, n);
+        return error;
+      };
+      std::vector<T> got;
+      std::string error = run(&got);
+      if (error.empty()) {
+        error = CompareSums(got, want, row, tally, [&]() -> const std::vector<double>& {
+          int64_t unused = 0;
+          if (exact.empty() && n > 0) exact = CpuGrad<P, R, K>(Exact(), wrt, arg, &unused);
+          return exact;
+        });
+      }
+      if (error.empty() && Deterministic()) {
+        std::vector<T> again;
+        error = run(&again, true);
+        if (error.empty()) error = CompareExact(again, got);
+        if (!error.empty()) error = "second run (other schedule path) differs: " + error;
+      }
+      tally.Record(walk.prefix + what + " d/d" + wrt_name, error);
     }
-    if (error.empty() && Deterministic()) {
-      std::vector<T> again;
-      error = run(&again, true);
-      if (error.empty()) error = CompareExact(again, got);
-      if (!error.empty()) error = "second run (other schedule path) differs: " + error;
-    }
-    tally.Record(name, error);
   }
 
   void AllFused() {
@@ -473,11 +525,13 @@ struct Setting {
 
   // ---- gather, scatter, gather_grad_arg ----
 
-  // One gather (and for max its gradient, fed the CPU's winners) against the
-  // CPU kernel. With init, the CPU runs both out of place and in place (into
-  // a copy of init), which must agree bit for bit, and the GPU in place.
+  // One gather (and for max its gradient, fed the CPU's winners) on each
+  // chosen walk against the CPU kernel. With init, the CPU runs both out of
+  // place and in place (into a copy of init), which must agree bit for bit,
+  // and the GPU in place.
   void GatherCase(Reduce reduce, bool with_init, const Segments<Index>& seg_h, const Segments<Index>& seg_d,
-                  const std::vector<T>& values, const T* values_d, const std::string& name) {
+                  const std::vector<T>& values, const T* values_d, const std::string& what,
+                  const std::vector<const Walk<Index>*>& chosen) {
     const int64_t E = g.num_edges, n = g.num_dst * width;
     const bool extreme = reduce == Reduce::kMax || reduce == Reduce::kMin;
     Operands<T> in;
@@ -494,50 +548,62 @@ struct Setting {
     std::vector<T> want(n);
     std::vector<Index> want_arg(extreme ? n : 0);
     cpu(want.data(), want_arg.data(), with_init ? host.init.data() : nullptr);
-    std::string error;
+    std::string cpu_error;
     if (with_init) {
       std::vector<T> in_place = host.init;
       std::vector<Index> in_place_arg(want_arg.size());
       cpu(in_place.data(), in_place_arg.data(), in_place.data());
-      error = CompareExact(in_place, want);
-      if (error.empty()) error = CompareExact(in_place_arg, want_arg);
-      if (!error.empty()) error = "CPU in place differs: " + error;
+      cpu_error = CompareExact(in_place, want);
+      if (cpu_error.empty()) cpu_error = CompareExact(in_place_arg, want_arg);
+      if (!cpu_error.empty()) cpu_error = "CPU in place differs: " + cpu_error;
     }
-    T* o = with_init ? rt.Put(host.init) : rt.template Garbage<T>(n);
-    Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
-    if (error.empty()) {
-      error = gpu::RunGather(rt.backend(), reduce, seg_d, E, values_d, width, with_init ? o : nullptr, o, a, config);
-    }
-    if (error.empty()) error = rt.Sync();
-    if (error.empty()) error = extreme ? CompareExact(rt.Get(o, n), want) : CompareClose(rt.Get(o, n), want, width);
-    if (error.empty() && extreme) error = CompareExact(rt.Get(a, n), want_arg);
-    tally.Record(name, error);
-
-    if (with_init && extreme) {  // d/d init: the gradient where init won, in place
-      const std::string init_name = prefix + " init_grad " + kReduceNames[static_cast<int>(reduce)] +
-                                    (seg_h.edge_ids ? " edge_ids" : " identity");
-      std::vector<T> want_init(n);
-      InitGrad(host.grad.data(), want_arg.data(), 0, n, want_init.data());
-      T* gi = rt.Put(host.grad);
-      error = gpu::RunInitGrad(rt.backend(), gi, rt.Put(want_arg), n, gi);
+    const Index* want_arg_d = extreme ? rt.Put(want_arg) : nullptr;
+    for (const Walk<Index>* walk : chosen) {
+      T* o = with_init ? rt.Put(host.init) : rt.template Garbage<T>(n);
+      Index* a = extreme ? rt.template Garbage<Index>(n) : nullptr;
+      std::string error = cpu_error;
+      if (error.empty()) {
+        error = gpu::RunGather(rt.backend(), reduce, seg_d, E, values_d, width, with_init ? o : nullptr, o, a,
+                               walk->config);
+      }
       if (error.empty()) error = rt.Sync();
-      if (error.empty()) error = CompareExact(rt.Get(gi, n), want_init);
-      tally.Record(init_name, error);
+      if (error.empty()) error = extreme ? CompareExact(rt.Get(o, n), want) : CompareClose(rt.Get(o, n), want, width);
+      if (error.empty() && extreme) error = CompareExact(rt.Get(a, n), want_arg);
+      tally.Record(walk->prefix + what, error);
+    }
+
+    const char* ids_name = seg_h.edge_ids ? " edge_ids" : " identity";
+    if (with_init && extreme) {  // d/d init: the gradient where init won, in place (walks do not enter)
+      const std::string init_what = std::string(" init_grad ") + kReduceNames[static_cast<int>(reduce)] + ids_name;
+      const std::vector<const Walk<Index>*> init_walks = WalksFor(init_what);
+      if (!init_walks.empty()) {
+        std::vector<T> want_init(n);
+        InitGrad(host.grad.data(), want_arg.data(), 0, n, want_init.data());
+        T* gi = rt.Put(host.grad);
+        std::string error = gpu::RunInitGrad(rt.backend(), gi, want_arg_d, n, gi);
+        if (error.empty()) error = rt.Sync();
+        if (error.empty()) error = CompareExact(rt.Get(gi, n), want_init);
+        tally.Record(init_walks[0]->prefix + init_what, error);
+      }
     }
     if (reduce == Reduce::kMax) {  // elements init won get no edge gradient
-      const std::string grad_name = prefix + " gather_grad_arg" + (seg_h.edge_ids ? " edge_ids" : " identity") +
-                                    (with_init ? " init" : "");
+      const std::string grad_what = std::string(" gather_grad_arg") + ids_name + (with_init ? " init" : "");
+      const std::vector<const Walk<Index>*> grad_walks = WalksFor(grad_what);
+      if (grad_walks.empty()) return;
       std::vector<T> want_grad(E * width, T(0));
       const Segments<Index> by_edge{g.csc_indptr.data(), nullptr, seg_h.edge_ids, g.num_dst};
       CpuRun(by_edge, [&](int64_t first, int64_t last) {
         GatherGradArg(by_edge, host.grad.data(), want_arg.data(), width, first, last, want_grad.data());
       });
-      T* go = rt.template Garbage<T>(E * width);
-      error = gpu::RunGatherGradArg(rt.backend(), Segments<Index>{seg_d.indptr, nullptr, seg_d.edge_ids, g.num_dst},
-                                    E, grad_d, rt.Put(want_arg), width, go, config);
-      if (error.empty()) error = rt.Sync();
-      if (error.empty()) error = CompareExact(rt.Get(go, E * width), want_grad);
-      tally.Record(grad_name, error);
+      for (const Walk<Index>* walk : grad_walks) {
+        T* go = rt.template Garbage<T>(E * width);
+        std::string error =
+            gpu::RunGatherGradArg(rt.backend(), Segments<Index>{seg_d.indptr, nullptr, seg_d.edge_ids, g.num_dst}, E,
+                                  grad_d, want_arg_d, width, go, walk->config);
+        if (error.empty()) error = rt.Sync();
+        if (error.empty()) error = CompareExact(rt.Get(go, E * width), want_grad);
+        tally.Record(walk->prefix + grad_what, error);
+      }
     }
   }
 
@@ -559,25 +625,30 @@ struct Setting {
       // Each reduce plain and (not mean) from init, in place on the GPU.
       for (int r = 0; r < 4; ++r) {
         for (int with_init = 0; with_init < (r == 1 ? 1 : 2); ++with_init) {
-          const std::string name = prefix + " gather " + kReduceNames[r] + ids_name + (with_init ? " init" : "");
-          if (Selected(name)) GatherCase(static_cast<Reduce>(r), with_init, seg_h, seg_d, values, values_d, name);
+          const std::string what = std::string(" gather ") + kReduceNames[r] + ids_name + (with_init ? " init" : "");
+          const std::vector<const Walk<Index>*> chosen = WalksFor(what);
+          if (!chosen.empty()) {
+            GatherCase(static_cast<Reduce>(r), with_init, seg_h, seg_d, values, values_d, what, chosen);
+          }
         }
       }
       // Scatter by source: out[edge id] = x[source row].
-      const std::string name = prefix + " scatter" + ids_name;
-      if (Selected(name)) {
-        const Index* sids_h = with_ids && E ? g.csr_edge.data() : nullptr;
-        const Segments<Index> seg_sh{g.csr_indptr.data(), nullptr, sids_h, g.num_src};
-        const Segments<Index> seg_sd{csr_d.indptr, nullptr, with_ids ? csr_d.edge_ids : nullptr, g.num_src};
-        std::vector<T> want(E * width, T(0));
-        CpuRun(seg_sh, [&](int64_t first, int64_t last) {
-          Broadcast(seg_sh, host.x_src[1].data(), width, first, last, want.data());
-        });
+      const std::string what = " scatter" + ids_name;
+      const std::vector<const Walk<Index>*> chosen = WalksFor(what);
+      if (chosen.empty()) continue;
+      const Index* sids_h = with_ids && E ? g.csr_edge.data() : nullptr;
+      const Segments<Index> seg_sh{g.csr_indptr.data(), nullptr, sids_h, g.num_src};
+      const Segments<Index> seg_sd{csr_d.indptr, nullptr, with_ids ? csr_d.edge_ids : nullptr, g.num_src};
+      std::vector<T> want(E * width, T(0));
+      CpuRun(seg_sh, [&](int64_t first, int64_t last) {
+        Broadcast(seg_sh, host.x_src[1].data(), width, first, last, want.data());
+      });
+      for (const Walk<Index>* walk : chosen) {
         T* o = rt.template Garbage<T>(E * width);
-        std::string error = gpu::RunScatter(rt.backend(), seg_sd, E, x_src_d[1], width, o, config);
+        std::string error = gpu::RunScatter(rt.backend(), seg_sd, E, x_src_d[1], width, o, walk->config);
         if (error.empty()) error = rt.Sync();
         if (error.empty()) error = CompareExact(rt.Get(o, E * width), want);
-        tally.Record(name, error);
+        tally.Record(walk->prefix + what, error);
       }
     }
   }
@@ -639,10 +710,11 @@ class Progress {
   void Done(const std::string& group) {
     const auto now = std::chrono::steady_clock::now();
     const int64_t count = tally_.passed + tally_.failed;
-    std::printf("%s%s %-34s %6lld checks %8.2f s (CPU reference %.2f s, memory and waits %.2f s)\n", indent_,
-                runtime_, group.c_str(), static_cast<long long>(count - last_),
+    std::printf("%s%s %-34s %6lld checks %8.2f s (CPU reference %.2f s, memory and waits %.2f s, comparing %.2f s, "
+                "drawing %.2f s)\n",
+                indent_, runtime_, group.c_str(), static_cast<long long>(count - last_),
                 std::chrono::duration<double>(now - start_).count(), g_phases.reference - phases_.reference,
-                g_phases.memory - phases_.memory);
+                g_phases.memory - phases_.memory, g_phases.compare - phases_.compare, g_phases.draw - phases_.draw);
     start_ = now;
     last_ = count;
     phases_ = g_phases;
@@ -661,24 +733,28 @@ template <typename Runtime, typename T, typename Index>
 void RunSetting(Runtime& rt, const Size& size, const char* type_name, Tally& tally) {
   const Graph<Index> narrow = MakeGraph<Index>(size.spec), wide = MakeGraph<Index>(size.wide_spec);
   Progress setting(Runtime::kName, tally, "    ");
-  for (int64_t chunk : size.chunks) {
 #if NGRA_HARNESS_GPU
-    if (std::strcmp(Runtime::kName, "gpu") == 0) {
+  if (std::strcmp(Runtime::kName, "gpu") == 0) {
+    for (int64_t chunk : size.chunks) {
       CompareSchedules(narrow, chunk, std::string("gpu ") + type_name + " chunk=" + std::to_string(chunk), tally);
     }
+  }
 #endif
-    for (int64_t width : size.widths) {
-      const Graph<Index>& g = width > 128 ? wide : narrow;
-      const std::string prefix = std::string(Runtime::kName) + " " + type_name + " d=" + std::to_string(width) +
-                                 " chunk=" + std::to_string(chunk);
-      Setting<Runtime, T, Index> s{rt, g, width, WalkConfig{chunk}, prefix, tally,
-                                   std::mt19937_64(size.spec.seed * 1000 + width)};
-      s.Upload();
-      s.AllFused();
-      s.Gathers();
-      rt.Reset();
-      setting.Done(std::string(type_name) + " d=" + std::to_string(width) + " chunk=" + std::to_string(chunk));
+  for (int64_t width : size.widths) {
+    const Graph<Index>& g = width > 128 ? wide : narrow;
+    const std::string setting_name = std::string(type_name) + " d=" + std::to_string(width);
+    std::vector<Walk<Index>> walks;
+    for (int64_t chunk : size.chunks) {
+      walks.push_back({WalkConfig{chunk}, std::string(Runtime::kName) + " " + setting_name + " chunk=" +
+                                              std::to_string(chunk)});
     }
+    Setting<Runtime, T, Index> s{rt, g, width, std::move(walks), tally,
+                                 std::mt19937_64(size.spec.seed * 1000 + width)};
+    s.Upload();
+    s.AllFused();
+    s.Gathers();
+    rt.Reset();
+    setting.Done(setting_name);
   }
 }
 
@@ -767,7 +843,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   std::setvbuf(stdout, nullptr, _IOLBF, 0);  // progress reaches a log even if the run is stopped
+#ifdef __GLIBC__
+  // Freed results stay in the heap for the next check's: glibc would map
+  // each large vector afresh and fault in every page of it again.
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, INT_MAX);
+#endif
   Tally tally;
+  if (Selected("comparisons")) CheckComparisons(tally);
   if (mode != "gpu") {
     EmuRuntime emu;
     RunAll(emu, large, quick, tally);

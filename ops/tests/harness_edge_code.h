@@ -216,6 +216,17 @@ struct CodeData {
   }
 };
 
+// A program's operands for one reduce and its CPU results on them: what the
+// checks of that reduce compare with, computed once (when the program is
+// drawn, to see that it is tame) and kept for them.
+template <typename T, typename Index>
+struct CodeReference {
+  CodeData<T> d;
+  std::vector<Index> arg;               // max/min: the winners
+  std::vector<T> out;                   // the forward without init (softmax: its state)
+  std::vector<T> grads[kLoadEdge + 1];  // by the side the loads read; empty where none
+};
+
 // The program over host data, for the CPU walks, with the per-table facts
 // they read (contiguous, uniform) derived as the CPU kernel derives them.
 template <typename U>
@@ -415,19 +426,26 @@ struct CodeSetting {
     return true;
   }
 
-  // Whether every reference value and gradient of c (without init) is finite and moderate.
-  bool Tame(const RandomCode& c, uint64_t seed) const {
-    for (int r = 0; r < 5; ++r) {
-      const CodeData<T> d = Data(c, r == 4, seed + r);
-      std::vector<Index> arg;
-      const std::vector<T> out = CpuForward(c, d, r, false, &arg);
-      if (!Tame(out, r == 4)) return false;
-      for (int side : {kLoadSrc, kLoadDst, kLoadEdge}) {
-        if (side != kLoadSrc && !c.reads[side]) continue;
-        if (!Tame(CpuGrad(c, d, r, side, arg, r == 4 ? out : std::vector<T>()))) return false;
-      }
+  // Whether every reference value and gradient (without init) is finite and moderate.
+  bool Tame(const CodeReference<T, Index>& ref, int r) const {
+    if (!Tame(ref.out, r == 4)) return false;
+    for (const std::vector<T>& grad : ref.grads) {
+      if (!Tame(grad)) return false;
     }
     return true;
+  }
+
+  // Program c's operands for reduce r (drawn from seed + r) and its CPU
+  // forward and gradients on them (x_src's always, the others where c reads them).
+  CodeReference<T, Index> Reference(const RandomCode& c, int r, uint64_t seed) const {
+    CodeReference<T, Index> ref;
+    ref.d = Data(c, r == 4, seed + r);
+    ref.out = CpuForward(c, ref.d, r, false, &ref.arg);
+    for (int side : {kLoadSrc, kLoadDst, kLoadEdge}) {
+      if (side != kLoadSrc && !c.reads[side]) continue;
+      ref.grads[side] = CpuGrad(c, ref.d, r, side, ref.arg, r == 4 ? ref.out : std::vector<T>());
+    }
+    return ref;
   }
 
   gpu::EdgeCodeInputs Inputs(const RandomCode& c, const CodeData<T>& d) {
@@ -453,6 +471,7 @@ struct CodeSetting {
   // CPU's extreme (or, with init, no edge).
   std::string CheckWinners(const RandomCode& c, const CodeData<T>& d, const std::vector<Index>& got,
                            const std::vector<Index>& want, const std::vector<T>& extreme, bool with_init) const {
+    Timed timed(&g_phases.compare);
     const CodeData<double> exact = d.template Cast<double>();
     const HostCode<double> host(c, exact);
     std::vector<double> regs(kMaxInstructions);
@@ -509,14 +528,16 @@ struct CodeSetting {
   }
 
   // One program with reduce r: forward, forward from init, and the gradients,
-  // with the program policy `make` gives (edge_code_programs.h).
+  // with the program policy `make` gives (edge_code_programs.h), against
+  // ref = Reference(c, r, ...).
   template <typename Make = gpu::Interpreted<T>>
-  void Case(const RandomCode& c, int r, const std::string& base, uint64_t seed, const Make& make = Make{}) {
+  void Case(const RandomCode& c, int r, const std::string& base, const CodeReference<T, Index>& ref,
+            const Make& make = Make{}) {
     const std::string name = base + " " + kCodeReduceNames[r];
     if (!Selected(name)) return;
     const size_t mark = rt.Mark();
     const bool softmax = r == 4, extreme = r == 2 || r == 3;
-    const CodeData<T> d = Data(c, softmax, seed + r);
+    const CodeData<T>& d = ref.d;
     const int64_t row = softmax ? 3 * c.width : c.width;
     const int64_t n = g.num_dst * row;
     gpu::EdgeCodeAttrs attrs;
@@ -534,8 +555,8 @@ struct CodeSetting {
     const bool planned = cases++ % 2 == 1;
     if (planned) problem.plan = plans.at(config.max_chunk);
     const std::string what = " (" + c.Describe() + ")";
-    std::vector<Index> arg;
-    const std::vector<T> out = CpuForward(c, d, r, false, &arg);
+    const std::vector<Index>& arg = ref.arg;
+    const std::vector<T>& out = ref.out;
     for (int with_init = 0; with_init < (r == 1 ? 1 : 2); ++with_init) {
       std::vector<Index> want_arg;
       const std::vector<T> want = with_init ? CpuForward(c, d, r, true, &want_arg) : out;
@@ -577,7 +598,6 @@ struct CodeSetting {
     const gpu::TensorInfo grad_info{grad_d, {g.num_dst, row}};
     const gpu::TensorInfo aux_info = extreme ? gpu::TensorInfo{arg_d, {g.num_dst, row}} : gpu::TensorInfo{nullptr, {0}};
     const gpu::TensorInfo state_info = softmax ? gpu::TensorInfo{state_d, {g.num_dst, row}} : gpu::TensorInfo{nullptr, {0}};
-    const std::vector<T> no_state;
     for (int side : {kLoadSrc, kLoadDst, kLoadEdge}) {
       if (side != kLoadSrc && !c.reads[side]) continue;
       const char* wrt = side == kLoadSrc ? "x_src" : side == kLoadDst ? "x_dst" : "edge_data";
@@ -587,7 +607,7 @@ struct CodeSetting {
       std::string e = gpu::ValidateEdgeCodeGrad<typename Runtime::Backend, T, Index>(
           rt.backend(), attrs, wrt, grad_info, aux_info, state_info, inputs, &gp, &which);
       if (planned) gp.plan = plans.at(config.max_chunk);
-      const std::vector<T> want = CpuGrad(c, d, r, side, arg, softmax ? out : no_state);
+      const std::vector<T>& want = ref.grads[side];
       const int64_t columns = side == kLoadSrc ? c.src_width : side == kLoadDst ? c.dst_width : c.edge_width;
       auto grad = [&](std::vector<T>* got, bool other_path) {
         T* o = rt.template Garbage<T>(static_cast<int64_t>(want.size()));
@@ -612,6 +632,12 @@ struct CodeSetting {
   }
 };
 
+// c as reduce r runs it: programs without softmax read no score (-1).
+inline RandomCode ForReduce(RandomCode c, int r) {
+  if (r != 4) c.score = -1;
+  return c;
+}
+
 // `programs` random programs on graph g, each with every reduce; chunks
 // alternate between the given ones (the first splits the hubs).
 template <typename Runtime, typename T, typename Index>
@@ -626,21 +652,23 @@ void EdgeCodeChecks(Runtime& rt, const Graph<Index>& g, int programs, const std:
     // Drawn again while its values or gradients on its data (seeded by
     // data_seed, the same in the checks) are out of range.
     RandomCode c;
-    uint64_t data_seed = 0;
+    std::vector<CodeReference<T, Index>> refs;  // by reduce
     for (int attempt = 0;; ++attempt) {
       CodeBuilder builder(&rng, width);
       c = builder.Build(true);
-      data_seed = rng();
-      if (s.Tame(c, data_seed) || attempt == 20) break;
+      const uint64_t data_seed = rng();
+      const bool last = attempt == 20;  // then checked however wild
+      bool tame = true;
+      refs.clear();
+      for (int r = 0; r < 5 && (tame || last); ++r) {
+        refs.push_back(s.Reference(ForReduce(c, r), r, data_seed));
+        tame = tame && s.Tame(refs.back(), r);
+      }
+      if (tame || last) break;
     }
     const std::string base = prefix + " edge_code #" + std::to_string(i) + " d=" + std::to_string(width) +
                              " chunk=" + std::to_string(s.config.max_chunk);
-    for (int r = 0; r < 5; ++r) {
-      // Programs without softmax read no score: the other reduces run with score -1.
-      RandomCode plain = c;
-      if (r != 4) plain.score = -1;
-      s.Case(plain, r, base, data_seed);
-    }
+    for (int r = 0; r < 5; ++r) s.Case(ForReduce(c, r), r, base, refs[r]);
   }
   rt.Reset();
 }

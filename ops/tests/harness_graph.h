@@ -14,6 +14,8 @@
 #include <tuple>
 #include <vector>
 
+#include "ops/tests/harness_check.h"
+
 namespace ngra {
 namespace harness {
 
@@ -103,6 +105,7 @@ Graph<Index> MakeGraph(const GraphSpec& spec) {
 // max/min tie-breaking (first edge in segment order) is exercised.
 template <typename T>
 std::vector<T> GridValues(int64_t n, std::mt19937_64* rng) {
+  Timed timed(&g_phases.draw);
   std::uniform_int_distribution<int> d(-32, 31);
   std::vector<T> v(n);
   for (T& x : v) x = static_cast<T>(d(*rng)) / T(16);
@@ -111,6 +114,7 @@ std::vector<T> GridValues(int64_t n, std::mt19937_64* rng) {
 
 template <typename T>
 std::vector<T> RandomValues(int64_t n, std::mt19937_64* rng, double lo = -1.0, double hi = 1.0) {
+  Timed timed(&g_phases.draw);
   std::uniform_real_distribution<double> d(lo, hi);
   std::vector<T> v(n);
   for (T& x : v) x = static_cast<T>(d(*rng));
