@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -472,18 +473,22 @@ struct CodeSetting {
   std::string CheckWinners(const RandomCode& c, const CodeData<T>& d, const std::vector<Index>& got,
                            const std::vector<Index>& want, const std::vector<T>& extreme, bool with_init) const {
     Timed timed(&g_phases.compare);
-    const CodeData<double> exact = d.template Cast<double>();
-    const HostCode<double> host(c, exact);
+    std::unique_ptr<const CodeData<double>> exact;  // made at the first winner that differs
+    std::unique_ptr<const HostCode<double>> host;
     std::vector<double> regs(kMaxInstructions);
     for (size_t i = 0; i < got.size(); ++i) {
       if (got[i] == want[i]) continue;
+      if (!host) {
+        exact = std::make_unique<const CodeData<double>>(d.template Cast<double>());
+        host = std::make_unique<const HostCode<double>>(c, *exact);
+      }
       const int64_t v = static_cast<int64_t>(i) / c.width, f = static_cast<int64_t>(i) % c.width;
       const Index e = got[i];
       if (e == Index(kNoEdge) && with_init) continue;
       if (e < csc_h.Begin(v) || e >= csc_h.End(v)) {
         return "winner " + std::to_string(e) + " of element " + std::to_string(i) + " is not an edge of its segment";
       }
-      EvalFeature(host.p, csc_h.Row(e), v, e, f, regs.data());
+      EvalFeature(host->p, csc_h.Row(e), v, e, f, regs.data());
       const double message = regs[c.value], best = extreme[i];
       if (!(std::fabs(message - best) <= Tolerance<T>() * std::max(1.0, std::fabs(best)))) {
         return "winner " + std::to_string(e) + " of element " + std::to_string(i) + " is not an extreme";
