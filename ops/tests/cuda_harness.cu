@@ -710,11 +710,13 @@ class Progress {
   void Done(const std::string& group) {
     const auto now = std::chrono::steady_clock::now();
     const int64_t count = tally_.passed + tally_.failed;
-    std::printf("%s%s %-34s %6lld checks %8.2f s (CPU reference %.2f s, memory and waits %.2f s, comparing %.2f s, "
-                "drawing %.2f s)\n",
+    const auto spent = [&](double Phases::*phase) { return g_phases.*phase - phases_.*phase; };
+    std::printf("%s%s %-34s %6lld checks %8.2f s (CPU reference %.2f s; device allocations %.2f s, copies %.2f s, "
+                "waits %.2f s; comparing %.2f s, drawing %.2f s)\n",
                 indent_, runtime_, group.c_str(), static_cast<long long>(count - last_),
-                std::chrono::duration<double>(now - start_).count(), g_phases.reference - phases_.reference,
-                g_phases.memory - phases_.memory, g_phases.compare - phases_.compare, g_phases.draw - phases_.draw);
+                std::chrono::duration<double>(now - start_).count(), spent(&Phases::reference),
+                spent(&Phases::allocate), spent(&Phases::copy), spent(&Phases::wait), spent(&Phases::compare),
+                spent(&Phases::draw));
     start_ = now;
     last_ = count;
     phases_ = g_phases;

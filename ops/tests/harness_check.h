@@ -34,12 +34,12 @@ struct Tally {
 };
 
 // Where a group of checks spends its time, for its progress line: the CPU
-// reference results (CpuRun), the runtime's memory calls and waits
-// (allocations, copies, synchronisations), comparing results and drawing
-// operands; the rest is launches (the emulated kernels themselves) and the
-// host vectors the checks allocate.
+// reference results (CpuRun), a GPU's allocations and frees, copies and
+// fills, and waits for its kernels (synchronisations), comparing results
+// and drawing operands; the rest is launches (the emulated kernels
+// themselves) and the host vectors the checks allocate.
 struct Phases {
-  double reference = 0, memory = 0, compare = 0, draw = 0;  // seconds
+  double reference = 0, allocate = 0, copy = 0, wait = 0, compare = 0, draw = 0;  // seconds
 };
 inline Phases g_phases;
 

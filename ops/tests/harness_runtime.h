@@ -69,7 +69,7 @@ class GpuRuntime {
     backend_.stream = nullptr;  // the default stream
     backend_.device = 0;
     backend_.allocate = [this](size_t bytes) -> void* {
-      Timed timed(&g_phases.memory);
+      Timed timed(&g_phases.allocate);
       void* p = nullptr;
       if (cudaMalloc(&p, bytes > 0 ? bytes : 1) != cudaSuccess) return nullptr;
       blocks_.push_back(p);
@@ -80,35 +80,38 @@ class GpuRuntime {
   const Backend& backend() const { return backend_; }
   template <typename U>
   U* Put(const std::vector<U>& v) {
-    Timed timed(&g_phases.memory);
     U* p = static_cast<U*>(backend_.allocate(v.size() * sizeof(U)));
+    Timed timed(&g_phases.copy);
     if (p != nullptr && !v.empty()) cudaMemcpy(p, v.data(), v.size() * sizeof(U), cudaMemcpyHostToDevice);
     return p;
   }
   template <typename U>
   U* Garbage(int64_t n) {
-    Timed timed(&g_phases.memory);
     U* p = static_cast<U*>(backend_.allocate(n * sizeof(U)));
+    Timed timed(&g_phases.copy);
     if (p != nullptr) cudaMemset(p, 0xff, n * sizeof(U));
     return p;
   }
   template <typename U>
   std::vector<U> Get(const U* p, int64_t n) {
-    Timed timed(&g_phases.memory);
+    Timed timed(&g_phases.copy);
     std::vector<U> v(n > 0 ? n : 0);
     if (n > 0) cudaMemcpy(v.data(), p, n * sizeof(U), cudaMemcpyDeviceToHost);
     return v;
   }
   // Kernel faults surface at a synchronisation.
   std::string Sync() {
-    Timed timed(&g_phases.memory);
+    Timed timed(&g_phases.wait);
     const cudaError_t status = cudaDeviceSynchronize();
     return status == cudaSuccess ? "" : std::string("CUDA error: ") + cudaGetErrorString(status);
   }
   size_t Mark() const { return blocks_.size(); }
   void Release(size_t mark) {
-    Timed timed(&g_phases.memory);
-    cudaDeviceSynchronize();
+    {
+      Timed timed(&g_phases.wait);
+      cudaDeviceSynchronize();
+    }
+    Timed timed(&g_phases.allocate);
     for (size_t i = mark; i < blocks_.size(); ++i) cudaFree(blocks_[i]);
     blocks_.resize(mark);
   }
