@@ -338,21 +338,20 @@ struct Setting {
     constexpr bool kExtreme = Reducer<R>::kTracksArg;
     const Operands<T> in = HostOperands<P, K>(host);
 
-    // The problem each walk runs; half of them over the walk's plan.
-    std::vector<FusedProblem<T, Index>> problems;
+    FusedProblem<T, Index> problem;
+    problem.program = id;
+    problem.reduce = R;
+    problem.weight_kind = K;
+    problem.in = DeviceOperands<P, K>();
+    problem.csc = csc_d;
+    problem.csr = csr_d;
+    problem.num_src = g.num_src;
+    problem.num_dst = g.num_dst;
+    problem.num_edges = g.num_edges;
+    // What each walk runs: the problem, over the walk's plan on every other walk.
+    std::vector<FusedProblem<T, Index>> problems(chosen.size(), problem);
     for (size_t w = 0; w < chosen.size(); ++w) {
-      FusedProblem<T, Index> problem;
-      problem.program = id;
-      problem.reduce = R;
-      problem.weight_kind = K;
-      problem.in = DeviceOperands<P, K>();
-      problem.csc = csc_d;
-      problem.csr = csr_d;
-      problem.num_src = g.num_src;
-      problem.num_dst = g.num_dst;
-      problem.num_edges = g.num_edges;
-      if ((programs + w) % 2 == 1) problem.plan = chosen[w]->plan;
-      problems.push_back(problem);
+      if ((programs + w) % 2 == 1) problems[w].plan = chosen[w]->plan;
     }
     ++programs;
 
