@@ -124,7 +124,7 @@ def _run(cmd, target, flags_key, verbose):
         print(" ".join(cmd), flush=True)
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        raise RuntimeError(f"nvcc failed for {target}:\n{result.stdout}{result.stderr}")
+        raise RuntimeError(f"{os.path.basename(cmd[0])} failed for {target}:\n{result.stdout}{result.stderr}")
     with open(target + ".flags", "w") as f:
         f.write(flags_key)
     return target
@@ -192,11 +192,19 @@ def build_harness(archs, out, nvcc=None, verbose=False) -> str:
     return target
 
 
-def build_harness_without_nvcc(out, compiler="g++", verbose=False) -> str:
-    """The harness's emulated half with a plain C++ compiler (no nvcc)."""
+# The emulated half under AddressSanitizer and UBSan: the harness's arena
+# poisons the guard after each buffer, so a kernel that reads or writes past
+# one fails where CI runs (compute-sanitizer's memcheck needs a GPU). -O0:
+# at -O1 the instrumented build takes g++ four times as long (11 minutes).
+SANITIZER_FLAGS = ["-O0", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                   "-fno-omit-frame-pointer"]
+
+
+def build_harness_without_nvcc(out, compiler="g++", verbose=False, sanitize=False) -> str:
+    """The harness's emulated half with a plain C++ compiler (no nvcc); sanitize: SANITIZER_FLAGS."""
     os.makedirs(out, exist_ok=True)
-    target = os.path.join(out, "cuda_harness_host")
-    flags = ["-std=c++17", "-O1", "-pthread", "-I", ROOT, "-x", "c++"]
+    target = os.path.join(out, "cuda_harness_sanitized" if sanitize else "cuda_harness_host")
+    flags = ["-std=c++17", *(SANITIZER_FLAGS if sanitize else ["-O1"]), "-pthread", "-I", ROOT, "-x", "c++"]
     if not _up_to_date(target, " ".join(flags)):
         _run([compiler, *flags, HARNESS, "-o", target], target, " ".join(flags), verbose)
     return target
@@ -233,12 +241,13 @@ def _cases_key(cases) -> str:
         return hashlib.sha1(f.read()).hexdigest()[:10]
 
 
-def build_generated_check_without_nvcc(out, cases, compiler="g++", verbose=False) -> str:
-    """ops/tests/generated_code_check.cc's emulated half for the case file `cases` (tools/generated_cases.py)."""
+def build_generated_check_without_nvcc(out, cases, compiler="g++", verbose=False, sanitize=False) -> str:
+    """ops/tests/generated_code_check.cc's emulated half for the case file `cases` (tools/generated_cases.py);
+    sanitize: with SANITIZER_FLAGS."""
     os.makedirs(out, exist_ok=True)
-    target = os.path.join(out, "generated_code_check_host")
+    target = os.path.join(out, "generated_code_check_sanitized" if sanitize else "generated_code_check_host")
     # -O0: a third of -O1's compile time, and its checks still run in half a second.
-    flags = _generated_check_flags(cases, "-O0") + ["-pthread", "-x", "c++"]
+    flags = _generated_check_flags(cases, "-O0") + ["-pthread", "-x", "c++"] + (SANITIZER_FLAGS if sanitize else [])
     key = " ".join(flags) + " " + _cases_key(cases)
     if not _up_to_date(target, key):
         _run([compiler, *flags, GENERATED_CHECK, "-o", target], target, key, verbose)

@@ -13,6 +13,8 @@
 // once, then compared with the GPU's result on every walk (chunk size) in
 // turn; an edge program's references are the ones that showed it tame. The
 // comparisons run on all cores: on a GPU the host's work is the slow side.
+// Device buffers come from an arena whose guards every Sync checks
+// (harness_runtime.h); the first groups check the comparisons and the arena.
 //
 // The harness itself is host C++: build it with tools/build_cuda.py --harness
 // (or, emulated half only, with any C++17 compiler: g++ -x c++).
@@ -853,6 +855,7 @@ int main(int argc, char** argv) {
   Tally tally;
   if (Selected("comparisons")) CheckComparisons(tally);
   if (mode != "gpu") {
+    if (Selected("arena")) CheckArena(HostMemory{}, "emulated", tally);
     EmuRuntime emu;
     RunAll(emu, large, quick, tally);
     std::printf("emulated: %lld passed (%lld by the float64 reference), %lld failed\n",
@@ -870,6 +873,7 @@ int main(int argc, char** argv) {
       cudaGetDeviceProperties(&prop, 0);
       std::printf("gpu: %s (sm_%d%d)\n", prop.name, prop.major, prop.minor);
       const Tally before = tally;
+      if (Selected("arena")) CheckArena(DeviceMemory{}, "gpu", tally);
       GpuRuntime dev;
       RunAll(dev, true, quick, tally);
       std::printf("gpu: %lld passed (%lld by the float64 reference), %lld failed\n",

@@ -71,6 +71,19 @@ def test_gpu(harness):
     assert code == 0 and summary.endswith(" 0 failed"), output[-6000:]
 
 
+@pytest.mark.slow
+def test_emulated_under_sanitizers():
+    """The emulated half built with AddressSanitizer and UBSan (tools/build_cuda.py SANITIZER_FLAGS): every
+    kernel body's reads and writes stay inside its buffers (the arena poisons the guards between them) and no
+    undefined behaviour, on every check of the default run. The CPU's stand-in for compute-sanitizer."""
+    compiler = shutil.which("g++")
+    if compiler is None:
+        pytest.skip("g++ is not installed")
+    binary = build_cuda.build_harness_without_nvcc(str(OUT), compiler, sanitize=True)
+    code, output, summary = run(binary, "--mode=emulated")
+    assert code == 0 and summary.endswith(" 0 failed") and "Sanitizer" not in output, output[-6000:]
+
+
 def test_bad_usage_is_refused(harness):
     binary, _ = harness
     code, _, _ = run(binary, "--mode=nonsense")

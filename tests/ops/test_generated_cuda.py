@@ -33,10 +33,11 @@ COMPILER = shutil.which("g++") or shutil.which("c++")
 pytestmark = pytest.mark.skipif(COMPILER is None, reason="no C++ compiler")
 
 
-def build_and_run(directory, seeds, gates=(4,)):
+def build_and_run(directory, seeds, gates=(4,), sanitize=False):
     cases_file = directory / "cases.inc"
     cases_file.write_text(cases(seeds, gates))
-    binary = build_cuda.build_generated_check_without_nvcc(str(directory), str(cases_file), COMPILER)
+    binary = build_cuda.build_generated_check_without_nvcc(str(directory), str(cases_file), COMPILER,
+                                                           sanitize=sanitize)
     run = subprocess.run([binary], capture_output=True, text=True, timeout=1200)
     return run.returncode, run.stdout + run.stderr
 
@@ -57,7 +58,10 @@ def test_generated_programs_equal_the_cpu_walks_under_emulation(tmp_path):
 
 @pytest.mark.slow
 def test_generated_programs_full_set(tmp_path):
-    rc, output = build_and_run(tmp_path, seeds=range(3, 17), gates=(1, 16))
+    """Under AddressSanitizer and UBSan (tools/build_cuda.py SANITIZER_FLAGS): the generated code's loads stay
+    inside its operands and tables."""
+    rc, output = build_and_run(tmp_path, seeds=range(3, 17), gates=(1, 16), sanitize=True)
+    assert "Sanitizer" not in output, output[-3000:]
     _assert_passed(rc, output, at_least=16 * 2 * 5 * 2)
 
 
