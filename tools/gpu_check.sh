@@ -72,8 +72,9 @@ step quick 210 sh -c 'build/cuda/cuda_harness --mode=gpu --quick; rc=$?
 # shellcheck disable=SC2086
 step bench 240 python3 tools/bench_cuda.py $bench_args --arch "$arch" --json="$out/bench.json"
 step full 180 build/cuda/cuda_harness --mode=gpu
+# --exact-buffers: memcheck sees whole allocations only, so each buffer is one of its own, not part of a slab.
 step memcheck 90 compute-sanitizer --tool memcheck --error-exitcode 9 build/cuda/cuda_harness --mode=gpu --quick \
-  "--filter=$memcheck_filter"
+  --exact-buffers "--filter=$memcheck_filter"
 step racecheck 120 compute-sanitizer --tool racecheck --error-exitcode 9 build/cuda/cuda_harness --mode=gpu --quick \
   "--filter=$racecheck_filter"
 cat "$out/summary.txt"

@@ -27,10 +27,12 @@
 // between the host's libm and CUDA's: there the winner must be an edge of
 // the segment whose message is within tolerance of the CPU's extreme.
 //
-// Usage: cuda_harness [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick] [--large]
+// Usage: cuda_harness [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick] [--large] [--exact-buffers]
 //   --large: the emulated half on the GPU half's graphs (hubs of 40,000
 //            edges), to reproduce a GPU result on a machine without one (slow:
 //            narrow it with --filter).
+//   --exact-buffers: each device buffer its own allocation of its size (for
+//            compute-sanitizer's memcheck), not carved from the arena's slabs.
 // Prints "N passed, M failed"; exits 1 on any failure, 2 on bad usage.
 #include <chrono>
 #include <climits>
@@ -836,8 +838,11 @@ int main(int argc, char** argv) {
       quick = true;
     } else if (a == "--large") {
       large = true;
+    } else if (a == "--exact-buffers") {
+      g_exact_buffers = true;
     } else {
-      std::fprintf(stderr, "usage: %s [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick] [--large]\n", argv[0]);
+      std::fprintf(stderr, "usage: %s [--mode=emulated|gpu|all] [--filter=SUBSTRING] [--quick] [--large] [--exact-buffers]\n",
+                   argv[0]);
       return 2;
     }
   }

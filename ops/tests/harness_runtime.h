@@ -8,8 +8,8 @@
 #define NGRA_OPS_TESTS_HARNESS_RUNTIME_H_
 
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
+#include <new>
 #include <string>
 #include <utility>
 #include <vector>
@@ -27,6 +27,9 @@
 namespace ngra {
 namespace harness {
 
+// --exact-buffers: a device allocation per buffer (Arena's slab_bytes 0).
+inline bool g_exact_buffers = false;
+
 // Buffers carved from large slabs and handed back in reverse order
 // (Release(Mark())), each followed by a guard of kGuardByte. No allocator
 // call per buffer (on a GPU a cudaMalloc, and a cudaFree that waits for the
@@ -34,6 +37,10 @@ namespace harness {
 // allocator's rounding unseen, fails the next Check. Under AddressSanitizer
 // (emulated builds) guards and released buffers are poisoned as well, so a
 // read past the end is caught too.
+//
+// With slab_bytes 0 (--exact-buffers) each buffer is instead an allocation of
+// its own, of exactly its size, freed on release, without a guard: for
+// compute-sanitizer's memcheck, which sees whole allocations only.
 //
 // Memory is the runtime's: void* Get(size_t), void Free(void*),
 // void Fill(void*, int byte, size_t), Guards(n, const char* const* at, size,
@@ -46,8 +53,10 @@ class Arena {
   static constexpr size_t kGuard = 256;
   static constexpr unsigned char kGuardByte = 0x5b;
 
+  static constexpr size_t kSlab = size_t{256} << 20;
+
   // Slabs hold slab_bytes each, or one buffer where it needs more.
-  explicit Arena(Memory memory, size_t slab_bytes = size_t{256} << 20)
+  explicit Arena(Memory memory, size_t slab_bytes = kSlab)
       : memory_(std::move(memory)), slab_bytes_(slab_bytes) {}
   ~Arena() {
     for (const Slab& s : slabs_) {
@@ -62,6 +71,13 @@ class Arena {
 
   // bytes of memory followed by a guard; nullptr when out of memory.
   void* Allocate(size_t bytes) {
+    if (slab_bytes_ == 0) {  // exact: slab i is buffer i
+      char* p = static_cast<char*>(memory_.Get(bytes > 0 ? bytes : 1));
+      if (p == nullptr) return nullptr;
+      slabs_.push_back(Slab{p, bytes > 0 ? bytes : 1});
+      buffers_.push_back(Buffer{slabs_.size() - 1, 0, 0, bytes});
+      return p;
+    }
     const size_t span = RoundUp(bytes) + kGuard;
     size_t slab = buffers_.empty() ? 0 : buffers_.back().slab;
     size_t offset = buffers_.empty() ? 0 : buffers_.back().offset + buffers_.back().span;
@@ -89,14 +105,21 @@ class Arena {
   size_t Mark() const { return buffers_.size(); }
   // Frees what was allocated since mark was taken.
   void Release(size_t mark) {
-    for (size_t i = mark; i < buffers_.size(); ++i) memory_.Poison(Address(buffers_[i]), buffers_[i].span);
-    if (mark < buffers_.size()) buffers_.resize(mark);
+    if (mark >= buffers_.size()) return;
+    if (slab_bytes_ == 0) {
+      for (size_t i = mark; i < slabs_.size(); ++i) memory_.Free(slabs_[i].base);
+      slabs_.resize(mark);
+    } else {
+      for (size_t i = mark; i < buffers_.size(); ++i) memory_.Poison(Address(buffers_[i]), buffers_[i].span);
+    }
+    buffers_.resize(mark);
   }
 
   // "" when the first kGuard bytes after every live buffer are intact; else
   // which buffer was overrun (its place in allocation order and its size)
   // and the first byte written.
   std::string Check() {
+    if (slab_bytes_ == 0) return "";  // no guards: the allocator's checker watches each buffer
     std::vector<const char*> at(buffers_.size());
     for (size_t i = 0; i < buffers_.size(); ++i) {
       at[i] = Address(buffers_[i]) + buffers_[i].bytes;
@@ -134,7 +157,7 @@ class Arena {
 };
 
 struct HostMemory {
-  void* Get(size_t bytes) { return std::aligned_alloc(256, bytes); }  // the arena's sizes are multiples of 256
+  void* Get(size_t bytes) { return ::operator new(bytes, std::align_val_t{256}, std::nothrow); }
 #if defined(__SANITIZE_ADDRESS__)
   void Poison(void* p, size_t n) { ASAN_POISON_MEMORY_REGION(p, n); }
   void Unpoison(void* p, size_t n) { ASAN_UNPOISON_MEMORY_REGION(p, n); }
@@ -142,7 +165,7 @@ struct HostMemory {
   void Poison(void*, size_t) {}
   void Unpoison(void*, size_t) {}
 #endif
-  void Free(void* p) { std::free(p); }
+  void Free(void* p) { ::operator delete(p, std::align_val_t{256}); }
   void Fill(void* p, int byte, size_t n) { std::memset(p, byte, n); }
   void Guards(size_t n, const char* const* at, size_t size, char* out) {
     for (size_t i = 0; i < n; ++i) std::memcpy(out + i * size, at[i], size);
@@ -200,6 +223,14 @@ void CheckArena(Memory memory, const std::string& runtime, Tally& tally) {
   }
   arena.Release(0);
   expect("all space reused", arena.Allocate(5) == p[0] ? "" : "a new address", "");
+
+  A exact(Memory{}, 0);  // --exact-buffers
+  char* a = static_cast<char*>(exact.Allocate(300));
+  char* b = static_cast<char*>(exact.Allocate(0));
+  const bool apart = a != nullptr && b != nullptr && (b >= a + 300 || a >= b + 1);
+  expect("exact buffers apart", apart && reinterpret_cast<uintptr_t>(a) % A::kAlign == 0 ? "" : "overlapping", "");
+  exact.Release(1);
+  expect("exact buffers released one by one", exact.Mark() == 1 && exact.Check().empty() ? "" : "not released", "");
 }
 
 class EmuRuntime {
@@ -207,7 +238,7 @@ class EmuRuntime {
   using Backend = gpu::HostEmulation;
   static constexpr const char* kName = "emulated";
 
-  EmuRuntime() : arena_(HostMemory{}) {
+  EmuRuntime() : arena_(HostMemory{}, g_exact_buffers ? 0 : Arena<HostMemory>::kSlab) {
     backend_.allocate = [this](size_t bytes) -> void* { return Garbage<char>(bytes); };
   }
   const Backend& backend() const { return backend_; }
@@ -291,7 +322,7 @@ class GpuRuntime {
   using Backend = gpu::GpuStream;
   static constexpr const char* kName = "gpu";
 
-  GpuRuntime() : arena_(DeviceMemory{}) {
+  GpuRuntime() : arena_(DeviceMemory{}, g_exact_buffers ? 0 : Arena<DeviceMemory>::kSlab) {
     backend_.stream = nullptr;  // the default stream
     backend_.device = 0;
     backend_.allocate = [this](size_t bytes) -> void* { return Garbage<char>(bytes); };
