@@ -52,7 +52,6 @@ class Arena {
   static constexpr size_t kAlign = 256;  // cudaMalloc's alignment
   static constexpr size_t kGuard = 256;
   static constexpr unsigned char kGuardByte = 0x5b;
-
   static constexpr size_t kSlab = size_t{256} << 20;
 
   // Slabs hold slab_bytes each, or one buffer where it needs more.

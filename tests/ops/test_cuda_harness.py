@@ -72,15 +72,17 @@ def test_gpu(harness):
 
 
 @pytest.mark.slow
-def test_emulated_under_sanitizers():
+@pytest.mark.parametrize("args", [(), ("--large", "--quick", "--filter=d=1 ")], ids=["default", "memcheck-set"])
+def test_emulated_under_sanitizers(args):
     """The emulated half built with AddressSanitizer and UBSan (tools/build_cuda.py SANITIZER_FLAGS): every
     kernel body's reads and writes stay inside its buffers (the arena poisons the guards between them) and no
-    undefined behaviour, on every check of the default run. The CPU's stand-in for compute-sanitizer."""
+    undefined behaviour, on every check of the default run and on the set a GPU's memcheck step runs
+    (tools/gpu_check.sh: the GPU half's graphs, d = 1). The CPU's stand-in for compute-sanitizer."""
     compiler = shutil.which("g++")
     if compiler is None:
         pytest.skip("g++ is not installed")
     binary = build_cuda.build_harness_without_nvcc(str(OUT), compiler, sanitize=True)
-    code, output, summary = run(binary, "--mode=emulated")
+    code, output, summary = run(binary, "--mode=emulated", *args)
     assert code == 0 and summary.endswith(" 0 failed") and "Sanitizer" not in output, output[-6000:]
 
 
