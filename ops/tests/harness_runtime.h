@@ -250,7 +250,7 @@ class EmuRuntime {
   template <typename U>
   U* Garbage(int64_t n) {
     U* p = static_cast<U*>(arena_.Allocate(n * sizeof(U)));
-    if (p != nullptr) std::memset(p, 0xff, n * sizeof(U));
+    if (p != nullptr) arena_.memory().Fill(p, 0xff, n * sizeof(U));
     return p;
   }
   template <typename U>
